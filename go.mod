@@ -1,0 +1,3 @@
+module github.com/capstanhq/capstan
+
+go 1.26.8
