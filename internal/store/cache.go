@@ -1,0 +1,199 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/btree"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+type entry struct {
+	value []byte
+	rev   int64
+}
+
+type kv struct {
+	key string
+	entry
+}
+
+// cache mirrors every key under the prefix, fed by one etcd watch.
+type cache struct {
+	client *clientv3.Client
+	prefix string
+	log    *slog.Logger
+
+	mu      sync.RWMutex
+	tree    *btree.BTreeG[kv]
+	rev     int64
+	loaded  bool
+	changed *sync.Cond // broadcast whenever rev advances
+	subs    map[*Subscription]struct{}
+}
+
+func newCache(c *clientv3.Client, prefix string, log *slog.Logger) *cache {
+	ca := &cache{client: c, prefix: prefix, log: log, subs: map[*Subscription]struct{}{}}
+	ca.tree = btree.NewG(32, func(a, b kv) bool { return a.key < b.key })
+	ca.changed = sync.NewCond(ca.mu.RLocker())
+	return ca
+}
+
+// load replaces the cache with a consistent snapshot of the prefix.
+func (c *cache) load(ctx context.Context) error {
+	resp, err := c.client.Get(ctx, c.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("load state from etcd: %w", err)
+	}
+	tree := btree.NewG(32, func(a, b kv) bool { return a.key < b.key })
+	for _, k := range resp.Kvs {
+		tree.ReplaceOrInsert(kv{string(k.Key), entry{k.Value, k.ModRevision}})
+	}
+	c.mu.Lock()
+	c.tree = tree
+	c.rev = resp.Header.Revision
+	c.loaded = true
+	for s := range c.subs {
+		s.resyncNow()
+	}
+	c.mu.Unlock()
+	c.changed.Broadcast()
+	return nil
+}
+
+// run follows the watch until ctx ends, reloading after compaction.
+func (c *cache) run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := c.follow(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			c.log.Warn("watch history compacted; reloading state")
+			if err := c.load(ctx); err != nil {
+				c.log.Error("reload state", "err", err)
+			}
+			continue
+		}
+		c.log.Warn("etcd watch ended; resuming", "err", err, "rev", c.revision())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (c *cache) follow(ctx context.Context) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	from := c.revision() + 1
+	wch := c.client.Watch(wctx, c.prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	for resp := range wch {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		c.apply(resp.Events, resp.Header.Revision)
+	}
+	return errors.New("watch channel closed")
+}
+
+func (c *cache) apply(events []*clientv3.Event, rev int64) {
+	c.mu.Lock()
+	for _, ev := range events {
+		k := string(ev.Kv.Key)
+		var change Change
+		switch ev.Type {
+		case mvccpb.PUT:
+			c.tree.ReplaceOrInsert(kv{k, entry{ev.Kv.Value, ev.Kv.ModRevision}})
+			change = Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Value: ev.Kv.Value}
+		case mvccpb.DELETE:
+			c.tree.Delete(kv{key: k})
+			change = Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Deleted: true}
+		}
+		for s := range c.subs {
+			s.offer(change)
+		}
+	}
+	if rev > c.rev {
+		c.rev = rev
+	}
+	c.mu.Unlock()
+	c.changed.Broadcast()
+}
+
+func (c *cache) revision() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.rev
+}
+
+func (c *cache) ready() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.loaded
+}
+
+// waitFor blocks until the cache has applied revision rev.
+func (c *cache) waitFor(ctx context.Context, rev int64) error {
+	c.mu.RLock()
+	if c.rev >= rev {
+		c.mu.RUnlock()
+		return nil
+	}
+	c.mu.RUnlock()
+	stop := context.AfterFunc(ctx, c.changed.Broadcast)
+	defer stop()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for c.rev < rev {
+		if ctx.Err() != nil {
+			return fmt.Errorf("wait for state revision %d: %w", rev, ctx.Err())
+		}
+		c.changed.Wait()
+	}
+	return nil
+}
+
+func (c *cache) get(key string) (entry, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	it, ok := c.tree.Get(kv{key: key})
+	return it.entry, ok
+}
+
+// scan visits keys with the prefix, after `after`, up to limit (0: all);
+// it reports whether more keys remained.
+func (c *cache) scan(prefix, after string, limit int, fn func(string, entry) bool) (more bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	start := prefix
+	if after > start {
+		start = after + "\x00"
+	}
+	n := 0
+	c.tree.AscendGreaterOrEqual(kv{key: start}, func(it kv) bool {
+		if !strings.HasPrefix(it.key, prefix) {
+			return false
+		}
+		if limit > 0 && n == limit {
+			more = true
+			return false
+		}
+		n++
+		return fn(it.key, it.entry)
+	})
+	return more
+}
+
+func nopZap() *zap.Logger { return zap.NewNop() }

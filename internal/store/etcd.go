@@ -1,0 +1,115 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.uber.org/zap"
+)
+
+// embedded is a single-member etcd running inside this process.
+type embedded struct {
+	etcd *embed.Etcd
+}
+
+// startEmbedded starts etcd with its data in dir. Ports are chosen once and
+// kept in dir so that a restarted member finds the peer URL it recorded.
+func startEmbedded(ctx context.Context, dir string) (*embedded, *clientv3.Client, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("etcd data dir: %w", err)
+	}
+	clientPort, peerPort, err := ports(filepath.Join(dir, "ports"))
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "capstan"
+	cfg.Dir = filepath.Join(dir, "data")
+	cu, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(clientPort))
+	pu, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(peerPort))
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	// Keep one hour of history: enough for watchers to resume after a pause.
+	cfg.AutoCompactionMode = "periodic"
+	cfg.AutoCompactionRetention = "1h"
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("start embedded etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, nil, fmt.Errorf("embedded etcd: %w", err)
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, nil, errors.New("embedded etcd: not ready after 60s")
+	case <-ctx.Done():
+		e.Close()
+		return nil, nil, ctx.Err()
+	}
+	return &embedded{etcd: e}, v3client.New(e.Server), nil
+}
+
+func (e *embedded) close() { e.etcd.Close() }
+
+// ClientURL is where etcdctl can reach the embedded member.
+func (e *embedded) clientURL() string { return e.etcd.Config().AdvertiseClientUrls[0].String() }
+
+// ports reads the recorded client and peer ports, or picks free ones.
+func ports(path string) (int, int, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) == 2 {
+			c, err1 := strconv.Atoi(f[0])
+			p, err2 := strconv.Atoi(f[1])
+			if err1 == nil && err2 == nil && free(c) && free(p) {
+				return c, p, nil
+			}
+		}
+	}
+	c, err := freePort()
+	if err != nil {
+		return 0, 0, err
+	}
+	p, err := freePort()
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := os.WriteFile(path, []byte(fmt.Sprintf("%d %d\n", c, p)), 0o600); err != nil {
+		return 0, 0, fmt.Errorf("record etcd ports: %w", err)
+	}
+	return c, p, nil
+}
+
+func free(port int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pick etcd port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,274 @@
+// Package store is the only code that talks to etcd. It keeps every durable
+// object as one JSON value under a key, offers typed reads from a watch-fed
+// cache with read-your-writes consistency, and revision-checked writes that
+// commit atomically or not at all.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrConflict means a revision check failed: someone else wrote first.
+var ErrConflict = errors.New("store: conflicting write")
+
+// ErrNotFound means the key does not exist.
+var ErrNotFound = errors.New("store: not found")
+
+// Config says where the state lives.
+type Config struct {
+	// DataDir holds the embedded etcd when Endpoints is empty.
+	DataDir string
+	// Endpoints of an external etcd cluster.
+	Endpoints []string
+	// Prefix namespaces every key; several Capstan installs may share one etcd.
+	Prefix string
+	Logger *slog.Logger
+}
+
+// Store is a handle on the state.
+type Store struct {
+	client   *clientv3.Client
+	embedded *embedded
+	prefix   string
+	cache    *cache
+	log      *slog.Logger
+	// lastWrite is the highest revision this process has committed; reads
+	// wait until the cache has applied it.
+	lastWrite atomic.Int64
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+// Open connects to etcd (starting the embedded member when no endpoints
+// are given) and fills the cache.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "/capstan/"
+	}
+	s := &Store{prefix: cfg.Prefix, log: cfg.Logger, done: make(chan struct{})}
+	if len(cfg.Endpoints) == 0 {
+		if cfg.DataDir == "" {
+			return nil, errors.New("store: a data dir or etcd endpoints are required")
+		}
+		e, c, err := startEmbedded(ctx, cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		s.embedded, s.client = e, c
+		s.log.Info("embedded etcd started", "client_url", e.clientURL())
+	} else {
+		c, err := clientv3.New(clientv3.Config{
+			Endpoints:   cfg.Endpoints,
+			DialTimeout: 10 * time.Second,
+			Context:     ctx,
+			Logger:      nopZap(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("connect etcd %v: %w", cfg.Endpoints, err)
+		}
+		s.client = c
+	}
+	s.cache = newCache(s.client, s.prefix, s.log)
+	if err := s.cache.load(ctx); err != nil {
+		s.closeClient()
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go func() {
+		defer close(s.done)
+		s.cache.run(runCtx)
+	}()
+	return s, nil
+}
+
+// Close stops the cache and, when embedded, etcd itself.
+func (s *Store) Close() {
+	s.cancel()
+	<-s.done
+	s.closeClient()
+}
+
+func (s *Store) closeClient() {
+	s.client.Close()
+	if s.embedded != nil {
+		s.embedded.close()
+	}
+}
+
+// Ready reports whether the cache is serving.
+func (s *Store) Ready() bool { return s.cache.ready() }
+
+// Revision is the newest revision the cache has applied.
+func (s *Store) Revision() int64 { return s.cache.revision() }
+
+// sync waits until the cache reflects every write this process committed.
+func (s *Store) sync(ctx context.Context) error {
+	return s.cache.waitFor(ctx, s.lastWrite.Load())
+}
+
+// Item is a decoded value with its key and modification revision.
+type Item[T any] struct {
+	Key   string
+	Rev   int64
+	Value T
+}
+
+// Get reads one object from the cache.
+func Get[T any](ctx context.Context, s *Store, key string) (Item[T], error) {
+	var it Item[T]
+	if err := s.sync(ctx); err != nil {
+		return it, err
+	}
+	e, ok := s.cache.get(s.prefix + key)
+	if !ok {
+		return it, fmt.Errorf("%s: %w", key, ErrNotFound)
+	}
+	it.Key, it.Rev = key, e.rev
+	if err := json.Unmarshal(e.value, &it.Value); err != nil {
+		return it, fmt.Errorf("decode %s: %w", key, err)
+	}
+	return it, nil
+}
+
+// List reads the objects under prefix in key order, starting after the key
+// `after` (empty for the beginning), at most limit of them (0 for all).
+// more reports whether objects remain.
+func List[T any](ctx context.Context, s *Store, prefix, after string, limit int) (items []Item[T], more bool, err error) {
+	if err := s.sync(ctx); err != nil {
+		return nil, false, err
+	}
+	var decodeErr error
+	more = s.cache.scan(s.prefix+prefix, afterKey(s.prefix, after), limit, func(k string, e entry) bool {
+		var v T
+		if err := json.Unmarshal(e.value, &v); err != nil {
+			decodeErr = fmt.Errorf("decode %s: %w", k, err)
+			return false
+		}
+		items = append(items, Item[T]{Key: k[len(s.prefix):], Rev: e.rev, Value: v})
+		return true
+	})
+	return items, more, decodeErr
+}
+
+func afterKey(prefix, after string) string {
+	if after == "" {
+		return ""
+	}
+	return prefix + after
+}
+
+// Count returns the number of keys under prefix.
+func (s *Store) Count(ctx context.Context, prefix string) (int, error) {
+	if err := s.sync(ctx); err != nil {
+		return 0, err
+	}
+	n := 0
+	s.cache.scan(s.prefix+prefix, "", 0, func(string, entry) bool { n++; return true })
+	return n, nil
+}
+
+// Txn collects writes that commit together or not at all.
+type Txn struct {
+	s    *Store
+	cmps []clientv3.Cmp
+	ops  []clientv3.Op
+	err  error
+}
+
+// Txn starts a transaction.
+func (s *Store) Txn() *Txn { return &Txn{s: s} }
+
+func (t *Txn) put(key string, v any) {
+	if t.err != nil {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.err = fmt.Errorf("encode %s: %w", key, err)
+		return
+	}
+	t.ops = append(t.ops, clientv3.OpPut(t.s.prefix+key, string(b)))
+}
+
+// Create writes key, which must not exist.
+func (t *Txn) Create(key string, v any) *Txn {
+	t.cmps = append(t.cmps, clientv3.Compare(clientv3.CreateRevision(t.s.prefix+key), "=", 0))
+	t.put(key, v)
+	return t
+}
+
+// Update writes key, which must still be at revision rev.
+func (t *Txn) Update(key string, rev int64, v any) *Txn {
+	t.cmps = append(t.cmps, clientv3.Compare(clientv3.ModRevision(t.s.prefix+key), "=", rev))
+	t.put(key, v)
+	return t
+}
+
+// Delete removes key, which must still be at revision rev.
+func (t *Txn) Delete(key string, rev int64) *Txn {
+	t.cmps = append(t.cmps, clientv3.Compare(clientv3.ModRevision(t.s.prefix+key), "=", rev))
+	t.ops = append(t.ops, clientv3.OpDelete(t.s.prefix+key))
+	return t
+}
+
+// Unchanged requires key to still be at revision rev (0: still absent)
+// without writing it.
+func (t *Txn) Unchanged(key string, rev int64) *Txn {
+	t.cmps = append(t.cmps, clientv3.Compare(clientv3.ModRevision(t.s.prefix+key), "=", rev))
+	return t
+}
+
+// Commit applies the transaction and returns its revision. ErrConflict
+// means a revision check failed and nothing was written.
+func (t *Txn) Commit(ctx context.Context) (int64, error) {
+	if t.err != nil {
+		return 0, t.err
+	}
+	if len(t.ops) == 0 {
+		return t.s.cache.revision(), nil
+	}
+	resp, err := t.s.client.Txn(ctx).If(t.cmps...).Then(t.ops...).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("etcd txn: %w", err)
+	}
+	if !resp.Succeeded {
+		return 0, ErrConflict
+	}
+	rev := resp.Header.Revision
+	for {
+		cur := t.s.lastWrite.Load()
+		if rev <= cur || t.s.lastWrite.CompareAndSwap(cur, rev) {
+			break
+		}
+	}
+	return rev, nil
+}
+
+// Retry runs fn until it returns something other than ErrConflict, a
+// bounded number of times; fn must re-read what it writes on every call.
+func Retry(ctx context.Context, fn func() error) error {
+	var err error
+	for attempt := range 16 {
+		if err = fn(); !errors.Is(err, ErrConflict) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * time.Millisecond):
+		}
+	}
+	return err
+}

@@ -1,0 +1,86 @@
+package store
+
+import (
+	"context"
+	"strings"
+	"sync"
+)
+
+// Change is one write seen by the cache.
+type Change struct {
+	Key     string // without the store prefix
+	Rev     int64
+	Value   []byte // nil when Deleted
+	Deleted bool
+}
+
+// Subscription delivers the changes under a prefix in commit order. It
+// never blocks the cache: changes queue until the owner takes them.
+type Subscription struct {
+	c      *cache
+	prefix string
+	mu     sync.Mutex
+	queue  []Change
+	resync bool
+	notify chan struct{}
+}
+
+// Subscribe follows changes under prefix from now on. A consumer lists the
+// prefix after subscribing, then applies changes; when Next reports a
+// resync, it lists again (the cache was reloaded and changes were skipped).
+func (s *Store) Subscribe(prefix string) *Subscription {
+	sub := &Subscription{c: s.cache, prefix: prefix, notify: make(chan struct{}, 1)}
+	s.cache.mu.Lock()
+	s.cache.subs[sub] = struct{}{}
+	s.cache.mu.Unlock()
+	return sub
+}
+
+func (sub *Subscription) offer(ch Change) {
+	if !strings.HasPrefix(ch.Key, sub.prefix) {
+		return
+	}
+	sub.mu.Lock()
+	sub.queue = append(sub.queue, ch)
+	sub.mu.Unlock()
+	sub.wake()
+}
+
+func (sub *Subscription) resyncNow() {
+	sub.mu.Lock()
+	sub.queue, sub.resync = nil, true
+	sub.mu.Unlock()
+	sub.wake()
+}
+
+func (sub *Subscription) wake() {
+	select {
+	case sub.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Next waits for changes and returns all that queued up.
+func (sub *Subscription) Next(ctx context.Context) (changes []Change, resync bool, err error) {
+	for {
+		sub.mu.Lock()
+		changes, resync = sub.queue, sub.resync
+		sub.queue, sub.resync = nil, false
+		sub.mu.Unlock()
+		if len(changes) > 0 || resync {
+			return changes, resync, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-sub.notify:
+		}
+	}
+}
+
+// Close stops the subscription.
+func (sub *Subscription) Close() {
+	sub.c.mu.Lock()
+	delete(sub.c.subs, sub)
+	sub.c.mu.Unlock()
+}
