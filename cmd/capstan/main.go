@@ -1,0 +1,45 @@
+// Command capstan is the Capstan control plane, instance agent and client.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/capstanhq/capstan/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "server":
+		err = runServer(ctx, os.Args[2:])
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		os.Exit(cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "capstan:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `capstan: managed daemons on your own container fleet, through the ECS API.
+
+Usage:
+  capstan server [flags]        run the control plane (ECS API on etcd)
+  capstan <noun> <verb> [flags] manage resources (cluster, capacity-provider,
+                                task-definition, daemon-task-definition, daemon)
+
+Run 'capstan server -h' or 'capstan <noun> -h' for details.
+`

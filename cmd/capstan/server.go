@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/capstanhq/capstan/internal/server"
+)
+
+func defaultDataDir() string {
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".capstan", "server")
+	}
+	return "capstan-data"
+}
+
+func runServer(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("capstan server", flag.ContinueOnError)
+	cfg := server.Config{}
+	var endpoints, level string
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HOST:PORT of the ECS API")
+	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory for the embedded etcd and server files")
+	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated URLs of an external etcd cluster (default: embedded etcd)")
+	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "/capstan/", "key prefix in etcd")
+	fs.StringVar(&cfg.Region, "region", "us-east-1", "region in ARNs")
+	fs.StringVar(&cfg.AccountID, "account-id", server.DefaultAccountID, "12-digit account ID in ARNs")
+	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if endpoints != "" {
+		cfg.EtcdEndpoints = strings.Split(endpoints, ",")
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	cfg.Log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	cfg.AdminKeyID = os.Getenv("CAPSTAN_ACCESS_KEY_ID")
+	cfg.AdminSecret = os.Getenv("CAPSTAN_SECRET_ACCESS_KEY")
+
+	s, err := server.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	cfg.Log.Info("capstan server ready", "addr", s.Addr, "region", cfg.Region, "account", cfg.AccountID)
+	if s.AdminGenerated {
+		fmt.Fprintf(os.Stderr, `
+Capstan API on http://%[1]s (administrator credential in %[2]s). To use the AWS CLI:
+
+  export AWS_ACCESS_KEY_ID=%[3]s
+  export AWS_SECRET_ACCESS_KEY=%[4]s
+  export AWS_DEFAULT_REGION=%[5]s
+  aws ecs list-clusters --endpoint-url http://%[1]s
+
+`, s.Addr, filepath.Join(cfg.DataDir, "admin-credentials.json"), s.Admin.AccessKeyID, s.Admin.SecretAccessKey, cfg.Region)
+	}
+	select {
+	case <-ctx.Done():
+		cfg.Log.Info("shutting down")
+		return s.Close()
+	case err := <-s.Wait():
+		s.Close()
+		return err
+	}
+}

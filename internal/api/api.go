@@ -1,0 +1,292 @@
+// Package api is the ECS JSON 1.1 wire protocol: it authenticates a request,
+// dispatches on X-Amz-Target to a typed operation, decodes and checks the
+// input against the model, and writes the output or an ECS-shaped error.
+// Operations never see HTTP; handlers never see etcd.
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/auth"
+	"github.com/capstanhq/capstan/internal/fault"
+)
+
+// TargetPrefix is the X-Amz-Target namespace of the ECS API.
+const TargetPrefix = "AmazonEC2ContainerServiceV20141113."
+
+// MaxBody bounds a request body; task definitions are the largest inputs
+// and stay far below it.
+const MaxBody = 1 << 20
+
+// Verifier authenticates a request.
+type Verifier interface {
+	Verify(ctx context.Context, r *http.Request, body []byte) (auth.Principal, error)
+}
+
+// Authorizer decides whether a caller may call an operation; nil allows
+// admins everything and agents nothing.
+type Authorizer func(p auth.Principal, operation string) error
+
+type operation struct {
+	call func(ctx context.Context, body []byte) (any, error)
+}
+
+// Handler serves the ECS API on POST /.
+type Handler struct {
+	verifier  Verifier
+	authorize Authorizer
+	log       *slog.Logger
+	ops       map[string]operation
+	metrics   *Metrics
+}
+
+// NewHandler returns a handler with no operations registered.
+func NewHandler(v Verifier, authorize Authorizer, log *slog.Logger) *Handler {
+	if authorize == nil {
+		authorize = AdminOnly
+	}
+	return &Handler{verifier: v, authorize: authorize, log: log, ops: map[string]operation{}, metrics: newMetrics()}
+}
+
+// AdminOnly lets the administrator do everything and nobody else anything.
+func AdminOnly(p auth.Principal, op string) error {
+	if p.Role == auth.RoleAdmin {
+		return nil
+	}
+	return fault.Denied("credential %s (role %s) is not allowed to call %s", p.AccessKeyID, p.Role, op)
+}
+
+type checker interface {
+	Check(path string) *shapes.Violation
+}
+
+// Register adds an operation. The name must be an operation of the model.
+func Register[Req, Resp any](h *Handler, name string, fn func(context.Context, *Req) (*Resp, error)) {
+	if _, ok := shapes.Operations[name]; !ok {
+		panic("api: " + name + " is not an ECS operation")
+	}
+	h.ops[name] = operation{call: func(ctx context.Context, body []byte) (any, error) {
+		req := new(Req)
+		if err := decode(body, req); err != nil {
+			return nil, err
+		}
+		if c, ok := any(req).(checker); ok {
+			if v := c.Check(""); v != nil {
+				return nil, fault.Invalid(v.Field, "%s", v.Rule)
+			}
+		}
+		resp, err := fn(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if resp == nil {
+			return struct{}{}, nil
+		}
+		return resp, nil
+	}}
+}
+
+// Operations lists the registered operation names.
+func (h *Handler) Operations() []string {
+	names := make([]string, 0, len(h.ops))
+	for n := range h.ops {
+		names = append(names, n)
+	}
+	return names
+}
+
+type callerKey struct{}
+
+// Caller returns the authenticated principal of the request in ctx.
+func Caller(ctx context.Context) (auth.Principal, bool) {
+	p, ok := ctx.Value(callerKey{}).(auth.Principal)
+	return p, ok
+}
+
+// WithCaller returns ctx carrying p, for code that calls operations directly.
+func WithCaller(ctx context.Context, p auth.Principal) context.Context {
+	return context.WithValue(ctx, callerKey{}, p)
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	id := requestID()
+	w.Header().Set("x-amzn-RequestId", id)
+	target := r.Header.Get("X-Amz-Target")
+	op := strings.TrimPrefix(target, TargetPrefix)
+	status, code := h.serve(w, r, op, target)
+	h.metrics.observe(op, code, time.Since(start))
+	if status >= 500 {
+		h.log.Error("api request failed", "op", op, "code", code, "request_id", id)
+	} else {
+		h.log.Debug("api request", "op", op, "status", status, "code", code, "request_id", id, "duration", time.Since(start))
+	}
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, op, target string) (int, string) {
+	if r.Method != http.MethodPost {
+		return h.fail(w, wireError{http.StatusMethodNotAllowed, "UnknownOperationException", "the ECS API accepts POST / only"})
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
+	if err != nil {
+		return h.fail(w, wireError{400, "SerializationException", "could not read the request body"})
+	}
+	if len(body) > MaxBody {
+		return h.fail(w, wireError{413, "SerializationException", fmt.Sprintf("request body exceeds the %d byte limit", MaxBody)})
+	}
+	p, err := h.verifier.Verify(r.Context(), r, body)
+	if err != nil {
+		var ae *auth.Error
+		if errors.As(err, &ae) {
+			return h.fail(w, wireError{ae.Status, ae.Code, ae.Message})
+		}
+		h.log.Error("authenticate", "err", err)
+		return h.fail(w, wireError{500, "ServerException", "could not authenticate the request"})
+	}
+	o, ok := h.ops[op]
+	if !ok || !strings.HasPrefix(target, TargetPrefix) {
+		if target == "" {
+			return h.fail(w, wireError{400, "UnknownOperationException", "the X-Amz-Target header is missing"})
+		}
+		return h.fail(w, wireError{400, "UnknownOperationException", fmt.Sprintf("operation %q is not supported", target)})
+	}
+	if err := h.authorize(p, op); err != nil {
+		return h.fail(w, toWire(err, h.log))
+	}
+	ctx := WithCaller(r.Context(), p)
+	resp, err := o.call(ctx, body)
+	if err != nil {
+		return h.fail(w, toWire(err, h.log))
+	}
+	out, err := json.Marshal(resp)
+	if err != nil {
+		h.log.Error("encode response", "op", op, "err", err)
+		return h.fail(w, wireError{500, "ServerException", "could not encode the response"})
+	}
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	w.WriteHeader(http.StatusOK)
+	w.Write(out)
+	return 200, ""
+}
+
+type wireError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (h *Handler) fail(w http.ResponseWriter, e wireError) (int, string) {
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	w.Header().Set("X-Amzn-ErrorType", e.code)
+	w.WriteHeader(e.status)
+	b, _ := json.Marshal(map[string]string{"__type": e.code, "message": e.message})
+	w.Write(b)
+	return e.status, e.code
+}
+
+// toWire maps a classified error to its ECS name and status; this is the one
+// place where kinds become wire names.
+func toWire(err error, log *slog.Logger) wireError {
+	fe := fault.As(err)
+	if fe == nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return wireError{500, "ServerException", "the request was cancelled or timed out"}
+		}
+		log.Error("unclassified error", "err", err)
+		return wireError{500, "ServerException", "internal error"}
+	}
+	code := fe.Code
+	status := 400
+	if code == "" {
+		switch fe.Kind {
+		case fault.InvalidParameter:
+			code = "InvalidParameterException"
+		case fault.Client, fault.NotFound, fault.Conflict:
+			code = "ClientException"
+		case fault.NotAuthorized:
+			code = "AccessDeniedException"
+		case fault.Throttled:
+			code = "ThrottlingException"
+		case fault.Unsupported:
+			code = "UnsupportedFeatureException"
+		default:
+			code = "ServerException"
+		}
+	}
+	if fe.Kind == fault.Internal {
+		status = 500
+		log.Error("internal error", "err", err)
+		return wireError{status, code, "internal error"}
+	}
+	return wireError{status, code, fe.Message}
+}
+
+// decode reads a JSON object into v, ignoring unknown members (newer
+// clients send fields this server does not know) and naming the member on
+// type errors.
+func decode(body []byte, v any) error {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		body = []byte("{}")
+	}
+	if body[0] != '{' {
+		return &fault.Error{Kind: fault.InvalidParameter, Code: "SerializationException", Message: "the request body must be a JSON object"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return &fault.Error{Kind: fault.InvalidParameter, Code: "SerializationException", Message: describeDecodeError(err)}
+	}
+	if dec.More() {
+		return &fault.Error{Kind: fault.InvalidParameter, Code: "SerializationException", Message: "unexpected data after the JSON object"}
+	}
+	return nil
+}
+
+func describeDecodeError(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		want := te.Type.Kind().String()
+		switch te.Type.Kind() {
+		case reflect.Slice:
+			want = "list"
+		case reflect.Struct, reflect.Map:
+			want = "object"
+		case reflect.Int32, reflect.Int64:
+			want = "integer"
+		case reflect.Float64:
+			want = "number"
+		}
+		if te.Field != "" {
+			return fmt.Sprintf("%s: expected %s, got JSON %s", te.Field, want, te.Value)
+		}
+		return fmt.Sprintf("expected %s, got JSON %s", want, te.Value)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return "malformed JSON: unexpected end of input"
+	}
+	return "malformed request: " + err.Error()
+}
+
+func requestID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}

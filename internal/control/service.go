@@ -1,0 +1,79 @@
+// Package control implements the ECS API operations: it validates requests,
+// reads and writes objects through the store, and returns ECS-shaped
+// results. Long-running work (rollouts, placement) belongs to controllers,
+// which pick up what these operations record.
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/api"
+	"github.com/capstanhq/capstan/internal/fault"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// Config wires a Service.
+type Config struct {
+	Store     *store.Store
+	Region    string
+	AccountID string
+	Now       func() time.Time
+	Log       *slog.Logger
+}
+
+// Service holds the operations.
+type Service struct {
+	st     *store.Store
+	arns   arns
+	now    func() time.Time
+	log    *slog.Logger
+	ids    *idSource
+}
+
+// New returns a Service.
+func New(cfg Config) *Service {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{
+		st:   cfg.Store,
+		arns: arns{partition: "aws", region: cfg.Region, account: cfg.AccountID},
+		now:  func() time.Time { return cfg.Now().UTC() },
+		log:  cfg.Log,
+		ids:  newIDSource(cfg.Now),
+	}
+}
+
+// Register adds every operation to h.
+func (s *Service) Register(h *api.Handler) {
+	s.registerClusters(h)
+	s.registerCapacityProviders(h)
+	s.registerTaskDefinitions(h)
+	s.registerDaemonTaskDefinitions(h)
+	s.registerDaemons(h)
+	s.registerTags(h)
+}
+
+// storeErr classifies store failures that reach an operation: a conflict
+// that survived retries means heavy contention, anything else is internal.
+func storeErr(err error) error {
+	if err == nil || fault.As(err) != nil {
+		return err
+	}
+	if errors.Is(err, store.ErrConflict) {
+		return &fault.Error{Kind: fault.Throttled, Message: "too many concurrent changes to the same resource; retry", Err: err}
+	}
+	return fmt.Errorf("state: %w", err)
+}
+
+// retry runs fn with optimistic concurrency and classifies the outcome.
+func retry(ctx context.Context, fn func() error) error {
+	return storeErr(store.Retry(ctx, fn))
+}

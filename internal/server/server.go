@@ -1,0 +1,213 @@
+// Package server assembles the control plane: the store, the ECS API, and
+// the HTTP endpoints (API, health, metrics).
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/capstanhq/capstan/internal/api"
+	"github.com/capstanhq/capstan/internal/auth"
+	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// DefaultAccountID is the account in generated ARNs unless --account-id says otherwise.
+const DefaultAccountID = "000000000000"
+
+// Config is everything `capstan server` takes.
+type Config struct {
+	Listen        string
+	DataDir       string
+	EtcdEndpoints []string
+	EtcdPrefix    string
+	Region        string
+	AccountID     string
+	// AdminKeyID and AdminSecret, when both set, are the administrator
+	// credential; otherwise one is generated and kept in DataDir.
+	AdminKeyID  string
+	AdminSecret string
+	Log         *slog.Logger
+}
+
+var accountPattern = regexp.MustCompile(`^[0-9]{12}$`)
+var regionPattern = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`)
+
+// Validate checks the configuration once, naming the flag at fault.
+func (c *Config) Validate() error {
+	if c.Listen == "" {
+		return errors.New("--listen is required")
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("--listen must be HOST:PORT: %w", err)
+	}
+	if c.DataDir == "" {
+		return errors.New("--data-dir is required")
+	}
+	if c.AccountID == "" {
+		c.AccountID = DefaultAccountID
+	}
+	if !accountPattern.MatchString(c.AccountID) {
+		return fmt.Errorf("--account-id must be 12 digits, got %q", c.AccountID)
+	}
+	if c.Region == "" {
+		c.Region = "us-east-1"
+	}
+	if !regionPattern.MatchString(c.Region) {
+		return fmt.Errorf("--region must look like us-east-1, got %q", c.Region)
+	}
+	if (c.AdminKeyID == "") != (c.AdminSecret == "") {
+		return errors.New("CAPSTAN_ACCESS_KEY_ID and CAPSTAN_SECRET_ACCESS_KEY must be set together")
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Server is a running control plane.
+type Server struct {
+	Addr  string // where the API listens
+	Admin auth.Credential
+	// AdminGenerated is true when the credential was created in the data dir.
+	AdminGenerated bool
+	Store          *store.Store
+	http           *http.Server
+	served         chan error
+	log            *slog.Logger
+}
+
+// Start opens the store, registers the API and starts listening.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	admin, generated, err := adminCredential(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	st, err := store.Open(ctx, store.Config{
+		DataDir:   filepath.Join(cfg.DataDir, "etcd"),
+		Endpoints: cfg.EtcdEndpoints,
+		Prefix:    cfg.EtcdPrefix,
+		Logger:    cfg.Log,
+	})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	verifier := &auth.Verifier{Lookup: auth.NewStaticLookup(admin)}
+	h := api.NewHandler(verifier, api.AdminOnly, cfg.Log)
+	control.New(control.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log}).Register(h)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(h.Collectors()...)
+
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !st.Ready() {
+			http.Error(w, "store not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+
+	s := &Server{
+		Addr:           ln.Addr().String(),
+		Admin:          admin,
+		AdminGenerated: generated,
+		Store:          st,
+		served:         make(chan error, 1),
+		log:            cfg.Log,
+		http: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       60 * time.Second,
+			IdleTimeout:       120 * time.Second,
+		},
+	}
+	go func() { s.served <- s.http.Serve(ln) }()
+	return s, nil
+}
+
+// Wait returns when the HTTP server stops on its own.
+func (s *Server) Wait() <-chan error { return s.served }
+
+// Close stops accepting requests, lets running ones finish, then closes
+// the store.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err := s.http.Shutdown(ctx)
+	s.Store.Close()
+	return err
+}
+
+type credentialFile struct {
+	AccessKeyID     string `json:"accessKeyId"`
+	SecretAccessKey string `json:"secretAccessKey"`
+}
+
+// adminCredential returns the configured administrator credential, or the
+// one kept in the data dir, creating it on first start.
+func adminCredential(cfg Config) (auth.Credential, bool, error) {
+	if cfg.AdminKeyID != "" {
+		return auth.Credential{AccessKeyID: cfg.AdminKeyID, SecretAccessKey: cfg.AdminSecret, Role: auth.RoleAdmin}, false, nil
+	}
+	path := filepath.Join(cfg.DataDir, "admin-credentials.json")
+	if b, err := os.ReadFile(path); err == nil {
+		var f credentialFile
+		if err := json.Unmarshal(b, &f); err != nil || f.AccessKeyID == "" || f.SecretAccessKey == "" {
+			return auth.Credential{}, false, fmt.Errorf("%s is damaged; remove it to generate a new credential", path)
+		}
+		return auth.Credential{AccessKeyID: f.AccessKeyID, SecretAccessKey: f.SecretAccessKey, Role: auth.RoleAdmin}, true, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return auth.Credential{}, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	f := credentialFile{AccessKeyID: "CSAK" + randomString(16, upperAlnum), SecretAccessKey: randomString(40, secretAlphabet)}
+	b, _ := json.MarshalIndent(f, "", "  ")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return auth.Credential{}, false, fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return auth.Credential{}, false, fmt.Errorf("write %s: %w", path, err)
+	}
+	return auth.Credential{AccessKeyID: f.AccessKeyID, SecretAccessKey: f.SecretAccessKey, Role: auth.RoleAdmin}, true, nil
+}
+
+const upperAlnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+const secretAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+func randomString(n int, alphabet string) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}
