@@ -27,11 +27,11 @@ type Config struct {
 
 // Service holds the operations.
 type Service struct {
-	st     *store.Store
-	arns   arns
-	now    func() time.Time
-	log    *slog.Logger
-	ids    *idSource
+	st   *store.Store
+	arns arns
+	now  func() time.Time
+	log  *slog.Logger
+	ids  *idSource
 }
 
 // New returns a Service.

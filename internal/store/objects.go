@@ -24,8 +24,8 @@ func DaemonTaskDefinitionPrefix(family string) string {
 func DaemonTaskDefinitionKey(family string, rev int) string {
 	return fmt.Sprintf("daemontaskdefs/%s/%08d", family, rev)
 }
-func DaemonPrefix(cluster string) string       { return "daemons/" + cluster + "/" }
-func DaemonKey(cluster, name string) string    { return "daemons/" + cluster + "/" + name }
+func DaemonPrefix(cluster string) string    { return "daemons/" + cluster + "/" }
+func DaemonKey(cluster, name string) string { return "daemons/" + cluster + "/" + name }
 func DaemonRevisionPrefix(cluster, daemon string) string {
 	return "daemonrevisions/" + cluster + "/" + daemon + "/"
 }
