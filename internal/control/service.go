@@ -45,7 +45,7 @@ func New(cfg Config) *Service {
 	return &Service{
 		st:   cfg.Store,
 		arns: arns{partition: "aws", region: cfg.Region, account: cfg.AccountID},
-		now:  func() time.Time { return cfg.Now().UTC() },
+		now:  func() time.Time { return cfg.Now().UTC().Truncate(time.Millisecond) }, // API timestamps have millisecond precision
 		log:  cfg.Log,
 		ids:  newIDSource(cfg.Now),
 	}

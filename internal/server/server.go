@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,8 @@ import (
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/auth"
 	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/controller"
+	"github.com/capstanhq/capstan/internal/controller/deployments"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -89,6 +92,9 @@ type Server struct {
 	http           *http.Server
 	served         chan error
 	log            *slog.Logger
+
+	stopControllers context.CancelFunc
+	controllersDone chan struct{}
 }
 
 // Start opens the store, registers the API and starts listening.
@@ -119,7 +125,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	verifier := &auth.Verifier{Lookup: auth.NewStaticLookup(admin)}
 	h := api.NewHandler(verifier, api.AdminOnly, cfg.Log)
-	control.New(control.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log}).Register(h)
+	svc := control.New(control.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log})
+	svc.Register(h)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -151,7 +158,37 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		},
 	}
 	go func() { s.served <- s.http.Serve(ln) }()
+
+	// Controllers run on the elected leader only; every server serves the API.
+	cctx, cancel := context.WithCancel(context.Background())
+	s.stopControllers = cancel
+	s.controllersDone = make(chan struct{})
+	go func() {
+		defer close(s.controllersDone)
+		err := st.Lead(cctx, "controllers", s.Addr+"/"+randomString(8, upperAlnum), func(ctx context.Context) {
+			runControllers(ctx, st, svc, cfg.Log)
+		})
+		if err != nil {
+			cfg.Log.Error("leader election", "err", err)
+		}
+	}()
 	return s, nil
+}
+
+func runControllers(ctx context.Context, st *store.Store, svc *control.Service, log *slog.Logger) {
+	dep := &deployments.Reconciler{Store: st, Now: time.Now, Log: log, DaemonRemoved: svc.FinishDaemonTaskDefinitionDeletes}
+	loops := []*controller.Loop{
+		{Name: "deployments", Store: st, Prefix: "daemondeployments/", Reconcile: dep.Reconcile, Workers: 4, Resync: time.Minute, Log: log},
+	}
+	var wg sync.WaitGroup
+	for _, l := range loops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.Run(ctx)
+		}()
+	}
+	wg.Wait()
 }
 
 // Wait returns when the HTTP server stops on its own.
@@ -163,6 +200,8 @@ func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	err := s.http.Shutdown(ctx)
+	s.stopControllers()
+	<-s.controllersDone
 	s.Store.Close()
 	return err
 }

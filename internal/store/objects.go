@@ -98,6 +98,8 @@ type Daemon struct {
 	RevisionArn string `json:"revisionArn"`
 	// DeploymentArn is the most recent deployment.
 	DeploymentArn string `json:"deploymentArn"`
+	// CreateDeploymentArn is the deployment CreateDaemon started.
+	CreateDeploymentArn string `json:"createDeploymentArn"`
 	// ClientToken and RequestHash make CreateDaemon idempotent.
 	ClientToken string `json:"clientToken,omitempty"`
 	RequestHash string `json:"requestHash,omitempty"`
@@ -126,4 +128,12 @@ type DaemonDeployment struct {
 	SourceRevisionArns []string `json:"capstanSourceRevisionArns,omitempty"`
 	// CapacityProviderArns in scope: the target's plus the sources'.
 	CapacityProviderArns []string `json:"capstanCapacityProviderArns,omitempty"`
+}
+
+func ContainerInstancePrefix(cluster string) string { return "containerinstances/" + cluster + "/" }
+
+// ContainerInstance is an instance registered in a cluster.
+type ContainerInstance struct {
+	shapes.ContainerInstance
+	Cluster string `json:"capstanCluster"`
 }

@@ -5,7 +5,6 @@ package shapes
 //go:generate sh -c "go run ../../../tools/shapegen -model \"$(python3 -c 'import botocore,os;print(os.path.dirname(botocore.__file__))')/data/ecs/2014-11-13/service-2.json.gz\" -out zz_shapes.go"
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"slices"
@@ -26,18 +25,41 @@ func (t Timestamp) MarshalJSON() ([]byte, error) {
 	return strconv.AppendFloat(nil, float64(ms)/1000, 'f', -1, 64), nil
 }
 
-// UnmarshalJSON accepts integer or fractional epoch seconds.
+// UnmarshalJSON accepts integer or fractional epoch seconds. Decimal
+// fractions are parsed exactly: a float64 round trip would move 0.973 s to
+// 0.972999999 s and break comparisons with stored times.
 func (t *Timestamp) UnmarshalJSON(b []byte) error {
-	if bytes.Equal(b, []byte("null")) {
+	s := string(b)
+	if s == "null" {
 		*t = Timestamp{}
 		return nil
 	}
-	f, err := strconv.ParseFloat(string(b), 64)
-	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) || f < 0 || f > 1e11 {
-		return fmt.Errorf("timestamp must be epoch seconds, got %s", truncate(string(b), 40))
+	bad := fmt.Errorf("timestamp must be epoch seconds, got %s", truncate(s, 40))
+	if strings.ContainsAny(s, "eE") {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) || f < 0 || f > 1e11 {
+			return bad
+		}
+		sec, frac := math.Modf(f)
+		*t = Timestamp{time.Unix(int64(sec), int64(math.Round(frac*1e6))*1e3).UTC()}
+		return nil
 	}
-	sec, frac := math.Modf(f)
-	*t = Timestamp{time.Unix(int64(sec), int64(frac*1e9)).UTC()}
+	whole, frac, _ := strings.Cut(s, ".")
+	sec, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || sec < 0 || sec > 1e11 || len(frac) > 9 && strings.Trim(frac[9:], "0123456789") != "" {
+		return bad
+	}
+	if len(frac) > 9 {
+		frac = frac[:9]
+	}
+	var ns int64
+	if frac != "" {
+		ns, err = strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64)
+		if err != nil || ns < 0 {
+			return bad
+		}
+	}
+	*t = Timestamp{time.Unix(sec, ns).UTC()}
 	return nil
 }
 

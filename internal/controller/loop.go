@@ -1,0 +1,202 @@
+// Package controller runs level-triggered reconcile loops: it follows the
+// keys under a store prefix, queues each changed key once, and lets workers
+// reconcile them one key at a time, retrying failures with back-off.
+package controller
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// Reconcile brings the object at key towards its desired state. A positive
+// requeue asks to be called again after that long even if nothing changes.
+type Reconcile func(ctx context.Context, key string) (requeue time.Duration, err error)
+
+// Loop follows a prefix and reconciles its keys.
+type Loop struct {
+	Name      string
+	Store     *store.Store
+	Prefix    string
+	Reconcile Reconcile
+	Workers   int
+	// Resync re-queues every key this often, to heal anything missed.
+	Resync time.Duration
+	Log    *slog.Logger
+}
+
+// Run blocks until ctx ends.
+func (l *Loop) Run(ctx context.Context) {
+	q := newQueue()
+	sub := l.Store.Subscribe(l.Prefix)
+	defer sub.Close()
+	l.enqueueAll(ctx, q)
+
+	var wg sync.WaitGroup
+	for range max(l.Workers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.work(ctx, q)
+		}()
+	}
+	resync := time.NewTicker(max(l.Resync, time.Second))
+	defer resync.Stop()
+	changes := make(chan []store.Change)
+	relist := make(chan struct{}, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			ch, again, err := sub.Next(ctx)
+			if err != nil {
+				return
+			}
+			if again {
+				select {
+				case relist <- struct{}{}:
+				default:
+				}
+			}
+			select {
+			case changes <- ch:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			q.shutdown()
+			wg.Wait()
+			return
+		case ch := <-changes:
+			for _, c := range ch {
+				q.add(c.Key)
+			}
+		case <-relist:
+			l.enqueueAll(ctx, q)
+		case <-resync.C:
+			l.enqueueAll(ctx, q)
+		}
+	}
+}
+
+func (l *Loop) enqueueAll(ctx context.Context, q *queue) {
+	items, _, err := store.List[rawValue](ctx, l.Store, l.Prefix, "", 0)
+	if err != nil {
+		l.Log.Error("list for reconcile", "controller", l.Name, "err", err)
+		return
+	}
+	for _, it := range items {
+		q.add(it.Key)
+	}
+}
+
+// rawValue accepts any JSON value without decoding it.
+type rawValue struct{}
+
+func (*rawValue) UnmarshalJSON([]byte) error { return nil }
+
+func (l *Loop) work(ctx context.Context, q *queue) {
+	failures := map[string]int{}
+	for {
+		key, ok := q.get()
+		if !ok {
+			return
+		}
+		requeue, err := l.Reconcile(ctx, key)
+		q.done(key)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			failures[key]++
+			backoff := min(time.Duration(1<<min(failures[key], 10))*50*time.Millisecond, time.Minute)
+			l.Log.Warn("reconcile failed", "controller", l.Name, "key", key, "err", err, "retry_in", backoff)
+			q.addAfter(key, backoff)
+		default:
+			delete(failures, key)
+			if requeue > 0 {
+				q.addAfter(key, requeue)
+			}
+		}
+	}
+}
+
+// queue holds each key at most once, and never hands the same key to two
+// workers at a time.
+type queue struct {
+	mu         sync.Mutex
+	cond       *sync.Cond
+	order      []string
+	queued     map[string]bool
+	processing map[string]bool
+	dirty      map[string]bool
+	closed     bool
+}
+
+func newQueue() *queue {
+	q := &queue{queued: map[string]bool{}, processing: map[string]bool{}, dirty: map[string]bool{}}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *queue) add(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	if q.processing[key] {
+		q.dirty[key] = true
+		return
+	}
+	if !q.queued[key] {
+		q.queued[key] = true
+		q.order = append(q.order, key)
+		q.cond.Signal()
+	}
+}
+
+func (q *queue) addAfter(key string, d time.Duration) {
+	time.AfterFunc(d, func() { q.add(key) })
+}
+
+func (q *queue) get() (string, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.order) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if q.closed {
+		return "", false
+	}
+	key := q.order[0]
+	q.order = q.order[1:]
+	delete(q.queued, key)
+	q.processing[key] = true
+	return key, true
+}
+
+func (q *queue) done(key string) {
+	q.mu.Lock()
+	delete(q.processing, key)
+	again := q.dirty[key]
+	delete(q.dirty, key)
+	q.mu.Unlock()
+	if again {
+		q.add(key)
+	}
+}
+
+func (q *queue) shutdown() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Broadcast()
+}
