@@ -83,6 +83,8 @@ func checkPlatform(req *shapes.RegisterTaskDefinitionRequest) error {
 		return unsupported("ephemeralStorage", "ephemeral storage sizing applies to AWS Fargate only")
 	case req.EnableFaultInjection != nil && *req.EnableFaultInjection:
 		return unsupported("enableFaultInjection", "the fault injection endpoints are not available")
+	case req.TrustedExecutionConfiguration != nil:
+		return unsupported("trustedExecutionConfiguration", "trusted execution environments are not available")
 	}
 	return nil
 }

@@ -63,6 +63,8 @@ var patches = []patch{
 	{"RegisterDaemonTaskDefinitionRequest", "ipcMode", "DaemonIpcMode"},
 	{"DaemonVolume", "logDriverVolumeConfiguration", "LogDriverVolumeConfiguration"},
 	{"InstanceLaunchTemplate", "nitroEnclavesEnabled", "BoxedBoolean"},
+	{"RegisterTaskDefinitionRequest", "trustedExecutionConfiguration", "TrustedExecutionConfiguration"},
+	{"TaskDefinition", "trustedExecutionConfiguration", "TrustedExecutionConfiguration"},
 }
 
 var newShapes = map[string]*shape{
@@ -70,6 +72,8 @@ var newShapes = map[string]*shape{
 	"DaemonIpcMode": {Type: "string", Enum: []string{"none", "shared"}},
 	"LogDriverVolumeConfiguration": {Type: "structure", Required: []string{"driver"},
 		Members: map[string]member{"driver": {Shape: "LogDriver"}}},
+	"TrustedExecutionConfiguration": {Type: "structure",
+		Members: map[string]member{"isolationMode": {Shape: "String"}, "attestationPolicy": {Shape: "String"}}},
 }
 
 func main() {

@@ -6889,24 +6889,25 @@ func (v *RegisterDaemonTaskDefinitionResponse) Check(path string) *Violation {
 }
 
 type RegisterTaskDefinitionRequest struct {
-	ContainerDefinitions    []ContainerDefinition               `json:"containerDefinitions,omitempty"`
-	Cpu                     string                              `json:"cpu,omitempty"`
-	EnableFaultInjection    *bool                               `json:"enableFaultInjection,omitempty"`
-	EphemeralStorage        *EphemeralStorage                   `json:"ephemeralStorage,omitempty"`
-	ExecutionRoleArn        string                              `json:"executionRoleArn,omitempty"`
-	Family                  string                              `json:"family,omitempty"`
-	InferenceAccelerators   []InferenceAccelerator              `json:"inferenceAccelerators,omitempty"`
-	IpcMode                 string                              `json:"ipcMode,omitempty"`
-	Memory                  string                              `json:"memory,omitempty"`
-	NetworkMode             string                              `json:"networkMode,omitempty"`
-	PidMode                 string                              `json:"pidMode,omitempty"`
-	PlacementConstraints    []TaskDefinitionPlacementConstraint `json:"placementConstraints,omitempty"`
-	ProxyConfiguration      *ProxyConfiguration                 `json:"proxyConfiguration,omitempty"`
-	RequiresCompatibilities []string                            `json:"requiresCompatibilities,omitempty"`
-	RuntimePlatform         *RuntimePlatform                    `json:"runtimePlatform,omitempty"`
-	Tags                    []Tag                               `json:"tags,omitempty"`
-	TaskRoleArn             string                              `json:"taskRoleArn,omitempty"`
-	Volumes                 []Volume                            `json:"volumes,omitempty"`
+	ContainerDefinitions          []ContainerDefinition               `json:"containerDefinitions,omitempty"`
+	Cpu                           string                              `json:"cpu,omitempty"`
+	EnableFaultInjection          *bool                               `json:"enableFaultInjection,omitempty"`
+	EphemeralStorage              *EphemeralStorage                   `json:"ephemeralStorage,omitempty"`
+	ExecutionRoleArn              string                              `json:"executionRoleArn,omitempty"`
+	Family                        string                              `json:"family,omitempty"`
+	InferenceAccelerators         []InferenceAccelerator              `json:"inferenceAccelerators,omitempty"`
+	IpcMode                       string                              `json:"ipcMode,omitempty"`
+	Memory                        string                              `json:"memory,omitempty"`
+	NetworkMode                   string                              `json:"networkMode,omitempty"`
+	PidMode                       string                              `json:"pidMode,omitempty"`
+	PlacementConstraints          []TaskDefinitionPlacementConstraint `json:"placementConstraints,omitempty"`
+	ProxyConfiguration            *ProxyConfiguration                 `json:"proxyConfiguration,omitempty"`
+	RequiresCompatibilities       []string                            `json:"requiresCompatibilities,omitempty"`
+	RuntimePlatform               *RuntimePlatform                    `json:"runtimePlatform,omitempty"`
+	Tags                          []Tag                               `json:"tags,omitempty"`
+	TaskRoleArn                   string                              `json:"taskRoleArn,omitempty"`
+	TrustedExecutionConfiguration *TrustedExecutionConfiguration      `json:"trustedExecutionConfiguration,omitempty"`
+	Volumes                       []Volume                            `json:"volumes,omitempty"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -6973,6 +6974,9 @@ func (v *RegisterTaskDefinitionRequest) Check(path string) *Violation {
 		if x := v.Tags[i].Check(index(join(path, "tags"), i)); x != nil {
 			return x
 		}
+	}
+	if x := v.TrustedExecutionConfiguration.Check(join(path, "trustedExecutionConfiguration")); x != nil {
+		return x
 	}
 	for i := range v.Volumes {
 		if x := v.Volumes[i].Check(index(join(path, "volumes"), i)); x != nil {
@@ -8444,32 +8448,33 @@ func (v *Task) Check(path string) *Violation {
 }
 
 type TaskDefinition struct {
-	Compatibilities         []string                            `json:"compatibilities,omitempty"`
-	ContainerDefinitions    []ContainerDefinition               `json:"containerDefinitions,omitempty"`
-	Cpu                     string                              `json:"cpu,omitempty"`
-	DeleteRequestedAt       Timestamp                           `json:"deleteRequestedAt,omitzero"`
-	DeregisteredAt          Timestamp                           `json:"deregisteredAt,omitzero"`
-	EnableFaultInjection    *bool                               `json:"enableFaultInjection,omitempty"`
-	EphemeralStorage        *EphemeralStorage                   `json:"ephemeralStorage,omitempty"`
-	ExecutionRoleArn        string                              `json:"executionRoleArn,omitempty"`
-	Family                  string                              `json:"family,omitempty"`
-	InferenceAccelerators   []InferenceAccelerator              `json:"inferenceAccelerators,omitempty"`
-	IpcMode                 string                              `json:"ipcMode,omitempty"`
-	Memory                  string                              `json:"memory,omitempty"`
-	NetworkMode             string                              `json:"networkMode,omitempty"`
-	PidMode                 string                              `json:"pidMode,omitempty"`
-	PlacementConstraints    []TaskDefinitionPlacementConstraint `json:"placementConstraints,omitempty"`
-	ProxyConfiguration      *ProxyConfiguration                 `json:"proxyConfiguration,omitempty"`
-	RegisteredAt            Timestamp                           `json:"registeredAt,omitzero"`
-	RegisteredBy            string                              `json:"registeredBy,omitempty"`
-	RequiresAttributes      []Attribute                         `json:"requiresAttributes,omitempty"`
-	RequiresCompatibilities []string                            `json:"requiresCompatibilities,omitempty"`
-	Revision                *int32                              `json:"revision,omitempty"`
-	RuntimePlatform         *RuntimePlatform                    `json:"runtimePlatform,omitempty"`
-	Status                  string                              `json:"status,omitempty"`
-	TaskDefinitionArn       string                              `json:"taskDefinitionArn,omitempty"`
-	TaskRoleArn             string                              `json:"taskRoleArn,omitempty"`
-	Volumes                 []Volume                            `json:"volumes,omitempty"`
+	Compatibilities               []string                            `json:"compatibilities,omitempty"`
+	ContainerDefinitions          []ContainerDefinition               `json:"containerDefinitions,omitempty"`
+	Cpu                           string                              `json:"cpu,omitempty"`
+	DeleteRequestedAt             Timestamp                           `json:"deleteRequestedAt,omitzero"`
+	DeregisteredAt                Timestamp                           `json:"deregisteredAt,omitzero"`
+	EnableFaultInjection          *bool                               `json:"enableFaultInjection,omitempty"`
+	EphemeralStorage              *EphemeralStorage                   `json:"ephemeralStorage,omitempty"`
+	ExecutionRoleArn              string                              `json:"executionRoleArn,omitempty"`
+	Family                        string                              `json:"family,omitempty"`
+	InferenceAccelerators         []InferenceAccelerator              `json:"inferenceAccelerators,omitempty"`
+	IpcMode                       string                              `json:"ipcMode,omitempty"`
+	Memory                        string                              `json:"memory,omitempty"`
+	NetworkMode                   string                              `json:"networkMode,omitempty"`
+	PidMode                       string                              `json:"pidMode,omitempty"`
+	PlacementConstraints          []TaskDefinitionPlacementConstraint `json:"placementConstraints,omitempty"`
+	ProxyConfiguration            *ProxyConfiguration                 `json:"proxyConfiguration,omitempty"`
+	RegisteredAt                  Timestamp                           `json:"registeredAt,omitzero"`
+	RegisteredBy                  string                              `json:"registeredBy,omitempty"`
+	RequiresAttributes            []Attribute                         `json:"requiresAttributes,omitempty"`
+	RequiresCompatibilities       []string                            `json:"requiresCompatibilities,omitempty"`
+	Revision                      *int32                              `json:"revision,omitempty"`
+	RuntimePlatform               *RuntimePlatform                    `json:"runtimePlatform,omitempty"`
+	Status                        string                              `json:"status,omitempty"`
+	TaskDefinitionArn             string                              `json:"taskDefinitionArn,omitempty"`
+	TaskRoleArn                   string                              `json:"taskRoleArn,omitempty"`
+	TrustedExecutionConfiguration *TrustedExecutionConfiguration      `json:"trustedExecutionConfiguration,omitempty"`
+	Volumes                       []Volume                            `json:"volumes,omitempty"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -8535,6 +8540,9 @@ func (v *TaskDefinition) Check(path string) *Violation {
 		if x := oneOf(join(path, "status"), v.Status, enums["TaskDefinitionStatus"]); x != nil {
 			return x
 		}
+	}
+	if x := v.TrustedExecutionConfiguration.Check(join(path, "trustedExecutionConfiguration")); x != nil {
+		return x
 	}
 	for i := range v.Volumes {
 		if x := v.Volumes[i].Check(index(join(path, "volumes"), i)); x != nil {
@@ -8809,6 +8817,19 @@ type TotalLocalStorageGBRequest struct {
 
 // Check reports the first member of v that breaks a rule of the model.
 func (v *TotalLocalStorageGBRequest) Check(path string) *Violation {
+	if v == nil {
+		return nil
+	}
+	return nil
+}
+
+type TrustedExecutionConfiguration struct {
+	AttestationPolicy string `json:"attestationPolicy,omitempty"`
+	IsolationMode     string `json:"isolationMode,omitempty"`
+}
+
+// Check reports the first member of v that breaks a rule of the model.
+func (v *TrustedExecutionConfiguration) Check(path string) *Violation {
 	if v == nil {
 		return nil
 	}
