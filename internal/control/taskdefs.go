@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
-	"time"
 
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/api/shapes"
@@ -47,7 +45,7 @@ func (s *Service) registeredBy(ctx context.Context) string {
 // number is used exactly once, even after its revision is deleted.
 func addRevision[T any](ctx context.Context, s *Service, familyKey, family string, key func(int) string, build func(rev int) T) (T, error) {
 	var out T
-	err := retryContended(ctx, func() error {
+	err := retry(ctx, func() error {
 		fam, err := store.Get[store.Family](ctx, s.st, familyKey)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
@@ -68,25 +66,6 @@ func addRevision[T any](ctx context.Context, s *Service, familyKey, family strin
 		return nil
 	})
 	return out, err
-}
-
-// retryContended is retry for a key many callers write at once, such as a
-// busy family's revision counter: more attempts than retry, with jittered
-// waits so that the losers of one round do not collide again in lockstep.
-func retryContended(ctx context.Context, fn func() error) error {
-	var err error
-	for attempt := range 64 {
-		if err = fn(); !errors.Is(err, store.ErrConflict) {
-			return storeErr(err)
-		}
-		wait := time.Duration(rand.Int64N(int64(min(attempt+1, 16)) * int64(time.Millisecond)))
-		select {
-		case <-ctx.Done():
-			return storeErr(ctx.Err())
-		case <-time.After(wait):
-		}
-	}
-	return storeErr(err)
 }
 
 // revisionRow is the part of a stored revision that listing needs; decoding

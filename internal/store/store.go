@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -258,16 +259,18 @@ func (t *Txn) Commit(ctx context.Context) (int64, error) {
 
 // Retry runs fn until it returns something other than ErrConflict, a
 // bounded number of times; fn must re-read what it writes on every call.
+// Waits are jittered so that the losers of one round do not collide again.
 func Retry(ctx context.Context, fn func() error) error {
 	var err error
-	for attempt := range 16 {
+	for attempt := range 64 {
 		if err = fn(); !errors.Is(err, ErrConflict) {
 			return err
 		}
+		wait := time.Duration(rand.Int64N(int64(min(attempt+1, 16)) * int64(time.Millisecond)))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Duration(attempt+1) * time.Millisecond):
+		case <-time.After(wait):
 		}
 	}
 	return err
