@@ -1,0 +1,205 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+)
+
+const (
+	defaultEndpoint = "http://127.0.0.1:8080"
+	defaultRegion   = "us-east-1"
+)
+
+// globals are the flags every command accepts, before or after the noun.
+type globals struct {
+	endpoint        string
+	configPath      string
+	region          string
+	accessKeyID     string
+	secretAccessKey string
+	output          string
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.endpoint, "endpoint", g.endpoint, "Capstan API `URL` (default $CAPSTAN_ENDPOINT, the config file, or "+defaultEndpoint+")")
+	fs.StringVar(&g.configPath, "config", g.configPath, "config `file` (default $CAPSTAN_CONFIG or ~/.capstan/config.json)")
+	fs.StringVar(&g.region, "region", g.region, "signing `region` (default from the config file or AWS environment, else "+defaultRegion+")")
+	fs.StringVar(&g.accessKeyID, "access-key-id", g.accessKeyID, "access key `id` (overrides the config file and AWS environment)")
+	fs.StringVar(&g.secretAccessKey, "secret-access-key", g.secretAccessKey, "secret access `key`")
+	fs.StringVar(&g.output, "o", g.output, "output `format`: table or json")
+	fs.StringVar(&g.output, "output", g.output, "same as -o")
+}
+
+const globalHelp = `Global flags (before or after the noun):
+  --endpoint URL            Capstan API; else $CAPSTAN_ENDPOINT, the config file,
+                            then ` + defaultEndpoint + `
+  --config FILE             else $CAPSTAN_CONFIG, then ~/.capstan/config.json:
+                            {"endpoint": "...", "region": "...",
+                             "accessKeyId": "...", "secretAccessKey": "..."}
+  --region R                signing region (default ` + defaultRegion + `)
+  --access-key-id ID, --secret-access-key KEY
+                            credentials; else the config file, then the AWS
+                            environment (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...)
+  -o, --output table|json   json prints the API result with ECS member names
+`
+
+// fileConfig is ~/.capstan/config.json.
+type fileConfig struct {
+	Endpoint        string `json:"endpoint"`
+	Region          string `json:"region"`
+	AccessKeyID     string `json:"accessKeyId"`
+	SecretAccessKey string `json:"secretAccessKey"`
+}
+
+// loadFileConfig reads the config file. The default path may be absent; a
+// path the user named must exist.
+func loadFileConfig(g *globals, getenv func(string) string) (fileConfig, string, error) {
+	var fc fileConfig
+	path, explicit := g.configPath, true
+	if path == "" {
+		path = getenv("CAPSTAN_CONFIG")
+	}
+	if path == "" {
+		explicit = false
+		home := getenv("HOME")
+		if home == "" {
+			return fc, "", nil
+		}
+		path = filepath.Join(home, ".capstan", "config.json")
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && !explicit {
+		return fc, path, nil
+	}
+	if err != nil {
+		return fc, path, fmt.Errorf("config: %w", err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return fc, path, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&fc); err != nil {
+		return fc, path, fmt.Errorf("config %s: %w", path, err)
+	}
+	if (fc.AccessKeyID == "") != (fc.SecretAccessKey == "") {
+		return fc, path, fmt.Errorf("config %s: accessKeyId and secretAccessKey go together", path)
+	}
+	return fc, path, nil
+}
+
+// connection is the resolved endpoint and SDK configuration.
+type connection struct {
+	endpoint string
+	aws      aws.Config
+}
+
+// connect resolves where to send requests and how to sign them:
+//
+//	endpoint:    --endpoint, $CAPSTAN_ENDPOINT, config file, default
+//	credentials: --access-key-id/--secret-access-key, config file, AWS SDK chain
+//	region:      --region, config file, AWS_REGION, AWS_DEFAULT_REGION, profile, default
+//
+// The AWS variables are read through getenv and handed to the SDK as
+// explicit options, so a caller (a test) controls them.
+func connect(ctx context.Context, g *globals, getenv func(string) string) (*connection, error) {
+	fc, cfgPath, err := loadFileConfig(g, getenv)
+	if err != nil {
+		return nil, err
+	}
+	endpoint := firstOf(g.endpoint, getenv("CAPSTAN_ENDPOINT"), fc.Endpoint, defaultEndpoint)
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usageErrorf("endpoint %q: want an http:// or https:// URL", endpoint)
+	}
+	if (g.accessKeyID == "") != (g.secretAccessKey == "") {
+		return nil, usageErrorf("--access-key-id and --secret-access-key go together")
+	}
+
+	// The SDK must not wander off to the EC2 metadata service looking for a
+	// role: on a laptop that is a multi-second hang before a useless error.
+	opts := []func(*config.LoadOptions) error{
+		config.WithEC2IMDSClientEnableState(imds.ClientDisabled),
+	}
+	if p := getenv("AWS_PROFILE"); p != "" {
+		opts = append(opts, config.WithSharedConfigProfile(p))
+	}
+	if f := getenv("AWS_CONFIG_FILE"); f != "" {
+		opts = append(opts, config.WithSharedConfigFiles([]string{f}))
+	}
+	if f := getenv("AWS_SHARED_CREDENTIALS_FILE"); f != "" {
+		opts = append(opts, config.WithSharedCredentialsFiles([]string{f}))
+	}
+	if r := firstOf(g.region, fc.Region, getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION")); r != "" {
+		opts = append(opts, config.WithRegion(r))
+	}
+	switch {
+	case g.accessKeyID != "":
+		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(g.accessKeyID, g.secretAccessKey, "")))
+	case fc.AccessKeyID != "":
+		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(fc.AccessKeyID, fc.SecretAccessKey, "")))
+	case getenv("AWS_ACCESS_KEY_ID") != "" && getenv("AWS_SECRET_ACCESS_KEY") != "":
+		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(
+			getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), getenv("AWS_SESSION_TOKEN"))))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("AWS configuration: %w", err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = defaultRegion
+	}
+	// Fail here with advice rather than inside the first request.
+	if cfg.Credentials == nil {
+		return nil, noCredentials(cfgPath, nil)
+	}
+	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
+		return nil, noCredentials(cfgPath, err)
+	}
+	return &connection{endpoint: endpoint, aws: cfg}, nil
+}
+
+func noCredentials(cfgPath string, err error) error {
+	where := "~/.capstan/config.json"
+	if cfgPath != "" {
+		where = cfgPath
+	}
+	msg := "no credentials: pass --access-key-id and --secret-access-key, set accessKeyId and secretAccessKey in " +
+		where + ", or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
+	// The chain's last resort is the disabled metadata service; its
+	// complaint says nothing useful. Other causes (an expired SSO login) do.
+	if err != nil && !strings.Contains(err.Error(), "IMDS") {
+		return fmt.Errorf("%s: %w", msg, err)
+	}
+	return errors.New(msg)
+}
+
+func (c *connection) client() *ecs.Client {
+	return ecs.NewFromConfig(c.aws, func(o *ecs.Options) {
+		o.BaseEndpoint = aws.String(c.endpoint)
+	})
+}
+
+func firstOf(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
