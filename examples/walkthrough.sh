@@ -67,7 +67,7 @@ PY
 
 step "Check the server is fresh"
 existing=$(ecs list-daemon-task-definitions --family "$FAMILY" --status ALL \
-	--query 'length(daemonTaskDefinitions || `[]`)' --output text)
+	--query 'length(daemonTaskDefinitions)' --output text)
 if [[ "$existing" != 0 ]]; then
 	die "family $FAMILY already has revisions on $CAPSTAN_ENDPOINT; run the walk-through against a fresh server"
 fi

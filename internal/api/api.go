@@ -27,6 +27,10 @@ import (
 // TargetPrefix is the X-Amz-Target namespace of the ECS API.
 const TargetPrefix = "AmazonEC2ContainerServiceV20141113."
 
+// ExtensionPrefix is the namespace of Capstan's own operations (same
+// protocol, same signing), e.g. minting agent credentials.
+const ExtensionPrefix = "CapstanV1."
+
 // MaxBody bounds a request body; task definitions are the largest inputs
 // and stay far below it.
 const MaxBody = 1 << 20
@@ -78,7 +82,16 @@ func Register[Req, Resp any](h *Handler, name string, fn func(context.Context, *
 	if _, ok := shapes.Operations[name]; !ok {
 		panic("api: " + name + " is not an ECS operation")
 	}
-	h.ops[name] = operation{call: func(ctx context.Context, body []byte) (any, error) {
+	h.ops[TargetPrefix+name] = typed(fn)
+}
+
+// RegisterExtension adds a Capstan operation under ExtensionPrefix.
+func RegisterExtension[Req, Resp any](h *Handler, name string, fn func(context.Context, *Req) (*Resp, error)) {
+	h.ops[ExtensionPrefix+name] = typed(fn)
+}
+
+func typed[Req, Resp any](fn func(context.Context, *Req) (*Resp, error)) operation {
+	return operation{call: func(ctx context.Context, body []byte) (any, error) {
 		req := new(Req)
 		if err := decode(body, req); err != nil {
 			return nil, err
@@ -99,11 +112,13 @@ func Register[Req, Resp any](h *Handler, name string, fn func(context.Context, *
 	}}
 }
 
-// Operations lists the registered operation names.
+// Operations lists the registered ECS operation names.
 func (h *Handler) Operations() []string {
 	names := make([]string, 0, len(h.ops))
 	for n := range h.ops {
-		names = append(names, n)
+		if name, ok := strings.CutPrefix(n, TargetPrefix); ok {
+			names = append(names, name)
+		}
 	}
 	return names
 }
@@ -126,9 +141,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := requestID()
 	w.Header().Set("x-amzn-RequestId", id)
 	target := r.Header.Get("X-Amz-Target")
-	op := strings.TrimPrefix(target, TargetPrefix)
+	op := target[strings.LastIndexByte(target, '.')+1:]
 	status, code := h.serve(w, r, op, target)
-	h.metrics.observe(op, code, time.Since(start))
+	label := op
+	if _, ok := h.ops[target]; !ok {
+		label = "unknown"
+	}
+	h.metrics.observe(label, code, time.Since(start))
 	if status >= 500 {
 		h.log.Error("api request failed", "op", op, "code", code, "request_id", id)
 	} else {
@@ -156,8 +175,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, op, target strin
 		h.log.Error("authenticate", "err", err)
 		return h.fail(w, wireError{500, "ServerException", "could not authenticate the request"})
 	}
-	o, ok := h.ops[op]
-	if !ok || !strings.HasPrefix(target, TargetPrefix) {
+	o, ok := h.ops[target]
+	if !ok {
 		if target == "" {
 			return h.fail(w, wireError{400, "UnknownOperationException", "the X-Amz-Target header is missing"})
 		}

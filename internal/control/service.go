@@ -59,6 +59,7 @@ func (s *Service) Register(h *api.Handler) {
 	s.registerDaemonTaskDefinitions(h)
 	s.registerDaemons(h)
 	s.registerTags(h)
+	s.registerExtensions(h)
 }
 
 // storeErr classifies store failures that reach an operation: a conflict

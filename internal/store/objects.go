@@ -131,9 +131,71 @@ type DaemonDeployment struct {
 }
 
 func ContainerInstancePrefix(cluster string) string { return "containerinstances/" + cluster + "/" }
+func ContainerInstanceKey(cluster, id string) string {
+	return ContainerInstancePrefix(cluster) + id
+}
+func TaskPrefix(cluster string) string  { return "tasks/" + cluster + "/" }
+func TaskKey(cluster, id string) string { return TaskPrefix(cluster) + id }
+func DesiredPrefix(cluster, instance string) string {
+	return "desired/" + cluster + "/" + instance + "/"
+}
+func DesiredKey(cluster, instance, task string) string {
+	return DesiredPrefix(cluster, instance) + task
+}
+func CredentialKey(accessKeyID string) string { return "credentials/" + accessKeyID }
+func SessionKey(cluster, instance string) string {
+	return "sessions/" + cluster + "/" + instance
+}
 
-// ContainerInstance is an instance registered in a cluster.
+// ContainerInstance is an instance registered in a cluster. Its
+// remainingResources are kept exact: every placement and every release
+// changes them in the same transaction as the task.
 type ContainerInstance struct {
 	shapes.ContainerInstance
+	ID      string `json:"capstanId"`
 	Cluster string `json:"capstanCluster"`
+	// AccessKeyID is the agent credential bound to the instance.
+	AccessKeyID string `json:"capstanAccessKeyId,omitempty"`
+	// Fingerprint identifies the host for idempotent re-registration.
+	Fingerprint string `json:"capstanFingerprint,omitempty"`
+	// Ports reserved on the instance, by "tcp/80"-style key, for placement.
+	UsedPorts map[string]string `json:"capstanUsedPorts,omitempty"`
+}
+
+// Reservation is what a task holds on its instance while it is not STOPPED.
+type Reservation struct {
+	CPU    int      `json:"cpu"`
+	Memory int      `json:"memory"`
+	Ports  []string `json:"ports,omitempty"` // "tcp/8080"
+}
+
+// Task is the API view of a task plus what the control plane needs.
+type Task struct {
+	shapes.Task
+	ID         string `json:"capstanId"`
+	Cluster    string `json:"capstanCluster"`
+	InstanceID string `json:"capstanInstanceId"`
+	Kind       string `json:"capstanKind"`
+	// Reserved is released when the task reaches STOPPED.
+	Reserved *Reservation `json:"capstanReserved,omitempty"`
+	// StateSeq is the agent's sequence of the last state written.
+	StateSeq uint64 `json:"capstanStateSeq,omitempty"`
+}
+
+// AgentCredential is a credential minted for agents. It binds to the first
+// instance it registers and may act for that instance only.
+type AgentCredential struct {
+	AccessKeyID     string    `json:"accessKeyId"`
+	SecretAccessKey string    `json:"secretAccessKey"`
+	Cluster         string    `json:"cluster"`
+	InstanceID      string    `json:"instanceId,omitempty"`
+	CreatedAt       time.Time `json:"createdAt"`
+	Description     string    `json:"description,omitempty"`
+}
+
+// Session marks an instance whose agent is connected; it lives on an etcd
+// lease, so it vanishes when the serving server stops renewing it.
+type Session struct {
+	Server      string    `json:"server"`
+	ConnectedAt time.Time `json:"connectedAt"`
 }

@@ -248,13 +248,17 @@ func (t *Txn) Commit(ctx context.Context) (int64, error) {
 		return 0, ErrConflict
 	}
 	rev := resp.Header.Revision
+	t.s.noteWrite(rev)
+	return rev, nil
+}
+
+func (s *Store) noteWrite(rev int64) {
 	for {
-		cur := t.s.lastWrite.Load()
-		if rev <= cur || t.s.lastWrite.CompareAndSwap(cur, rev) {
-			break
+		cur := s.lastWrite.Load()
+		if rev <= cur || s.lastWrite.CompareAndSwap(cur, rev) {
+			return
 		}
 	}
-	return rev, nil
 }
 
 // Retry runs fn until it returns something other than ErrConflict, a

@@ -253,6 +253,10 @@ func generate(m *model) ([]byte, error) {
 				gt = "Timestamp"
 				tag = "omitzero"
 			}
+			// A nil list is omitted, an empty one is sent as [] (as ECS does).
+			if strings.HasPrefix(gt, "[]") || strings.HasPrefix(gt, "map[") {
+				tag = "omitzero"
+			}
 			g.p("\t%s %s `json:\"%s,%s\"`\n", exported(mn), gt, mn, tag)
 		}
 		g.p("}\n\n")

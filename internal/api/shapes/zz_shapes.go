@@ -996,7 +996,7 @@ func (v *AdvancedConfiguration) Check(path string) *Violation {
 }
 
 type Attachment struct {
-	Details []KeyValuePair `json:"details,omitempty"`
+	Details []KeyValuePair `json:"details,omitzero"`
 	Id      string         `json:"id,omitempty"`
 	Status  string         `json:"status,omitempty"`
 	Type    string         `json:"type,omitempty"`
@@ -1134,8 +1134,8 @@ func (v *AutoScalingGroupProviderUpdate) Check(path string) *Violation {
 
 type AwsVpcConfiguration struct {
 	AssignPublicIp string   `json:"assignPublicIp,omitempty"`
-	SecurityGroups []string `json:"securityGroups,omitempty"`
-	Subnets        []string `json:"subnets,omitempty"`
+	SecurityGroups []string `json:"securityGroups,omitzero"`
+	Subnets        []string `json:"subnets,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -1187,7 +1187,7 @@ type CapacityProvider struct {
 	ManagedInstancesProvider *ManagedInstancesProvider `json:"managedInstancesProvider,omitempty"`
 	Name                     string                    `json:"name,omitempty"`
 	Status                   string                    `json:"status,omitempty"`
-	Tags                     []Tag                     `json:"tags,omitempty"`
+	Tags                     []Tag                     `json:"tags,omitzero"`
 	Type                     string                    `json:"type,omitempty"`
 	UpdateStatus             string                    `json:"updateStatus,omitempty"`
 	UpdateStatusReason       string                    `json:"updateStatusReason,omitempty"`
@@ -1279,21 +1279,21 @@ func (v *CapacityReservationRequest) Check(path string) *Violation {
 
 type Cluster struct {
 	ActiveServicesCount               *int32                         `json:"activeServicesCount,omitempty"`
-	Attachments                       []Attachment                   `json:"attachments,omitempty"`
+	Attachments                       []Attachment                   `json:"attachments,omitzero"`
 	AttachmentsStatus                 string                         `json:"attachmentsStatus,omitempty"`
-	CapacityProviders                 []string                       `json:"capacityProviders,omitempty"`
+	CapacityProviders                 []string                       `json:"capacityProviders,omitzero"`
 	ClusterArn                        string                         `json:"clusterArn,omitempty"`
 	ClusterName                       string                         `json:"clusterName,omitempty"`
 	Configuration                     *ClusterConfiguration          `json:"configuration,omitempty"`
-	DefaultCapacityProviderStrategy   []CapacityProviderStrategyItem `json:"defaultCapacityProviderStrategy,omitempty"`
+	DefaultCapacityProviderStrategy   []CapacityProviderStrategyItem `json:"defaultCapacityProviderStrategy,omitzero"`
 	PendingTasksCount                 *int32                         `json:"pendingTasksCount,omitempty"`
 	RegisteredContainerInstancesCount *int32                         `json:"registeredContainerInstancesCount,omitempty"`
 	RunningTasksCount                 *int32                         `json:"runningTasksCount,omitempty"`
 	ServiceConnectDefaults            *ClusterServiceConnectDefaults `json:"serviceConnectDefaults,omitempty"`
-	Settings                          []ClusterSetting               `json:"settings,omitempty"`
-	Statistics                        []KeyValuePair                 `json:"statistics,omitempty"`
+	Settings                          []ClusterSetting               `json:"settings,omitzero"`
+	Statistics                        []KeyValuePair                 `json:"statistics,omitzero"`
 	Status                            string                         `json:"status,omitempty"`
-	Tags                              []Tag                          `json:"tags,omitempty"`
+	Tags                              []Tag                          `json:"tags,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -1408,17 +1408,17 @@ type Container struct {
 	ContainerArn      string             `json:"containerArn,omitempty"`
 	Cpu               string             `json:"cpu,omitempty"`
 	ExitCode          *int32             `json:"exitCode,omitempty"`
-	GpuIds            []string           `json:"gpuIds,omitempty"`
+	GpuIds            []string           `json:"gpuIds,omitzero"`
 	HealthStatus      string             `json:"healthStatus,omitempty"`
 	Image             string             `json:"image,omitempty"`
 	ImageDigest       string             `json:"imageDigest,omitempty"`
 	LastStatus        string             `json:"lastStatus,omitempty"`
-	ManagedAgents     []ManagedAgent     `json:"managedAgents,omitempty"`
+	ManagedAgents     []ManagedAgent     `json:"managedAgents,omitzero"`
 	Memory            string             `json:"memory,omitempty"`
 	MemoryReservation string             `json:"memoryReservation,omitempty"`
 	Name              string             `json:"name,omitempty"`
-	NetworkBindings   []NetworkBinding   `json:"networkBindings,omitempty"`
-	NetworkInterfaces []NetworkInterface `json:"networkInterfaces,omitempty"`
+	NetworkBindings   []NetworkBinding   `json:"networkBindings,omitzero"`
+	NetworkInterfaces []NetworkInterface `json:"networkInterfaces,omitzero"`
 	Reason            string             `json:"reason,omitempty"`
 	RuntimeId         string             `json:"runtimeId,omitempty"`
 	TaskArn           string             `json:"taskArn,omitempty"`
@@ -1453,47 +1453,47 @@ func (v *Container) Check(path string) *Violation {
 }
 
 type ContainerDefinition struct {
-	Command                []string                `json:"command,omitempty"`
+	Command                []string                `json:"command,omitzero"`
 	Cpu                    *int32                  `json:"cpu,omitempty"`
-	CredentialSpecs        []string                `json:"credentialSpecs,omitempty"`
-	DependsOn              []ContainerDependency   `json:"dependsOn,omitempty"`
+	CredentialSpecs        []string                `json:"credentialSpecs,omitzero"`
+	DependsOn              []ContainerDependency   `json:"dependsOn,omitzero"`
 	DisableNetworking      *bool                   `json:"disableNetworking,omitempty"`
-	DnsSearchDomains       []string                `json:"dnsSearchDomains,omitempty"`
-	DnsServers             []string                `json:"dnsServers,omitempty"`
-	DockerLabels           map[string]string       `json:"dockerLabels,omitempty"`
-	DockerSecurityOptions  []string                `json:"dockerSecurityOptions,omitempty"`
-	EntryPoint             []string                `json:"entryPoint,omitempty"`
-	Environment            []KeyValuePair          `json:"environment,omitempty"`
-	EnvironmentFiles       []EnvironmentFile       `json:"environmentFiles,omitempty"`
+	DnsSearchDomains       []string                `json:"dnsSearchDomains,omitzero"`
+	DnsServers             []string                `json:"dnsServers,omitzero"`
+	DockerLabels           map[string]string       `json:"dockerLabels,omitzero"`
+	DockerSecurityOptions  []string                `json:"dockerSecurityOptions,omitzero"`
+	EntryPoint             []string                `json:"entryPoint,omitzero"`
+	Environment            []KeyValuePair          `json:"environment,omitzero"`
+	EnvironmentFiles       []EnvironmentFile       `json:"environmentFiles,omitzero"`
 	Essential              *bool                   `json:"essential,omitempty"`
-	ExtraHosts             []HostEntry             `json:"extraHosts,omitempty"`
+	ExtraHosts             []HostEntry             `json:"extraHosts,omitzero"`
 	FirelensConfiguration  *FirelensConfiguration  `json:"firelensConfiguration,omitempty"`
 	HealthCheck            *HealthCheck            `json:"healthCheck,omitempty"`
 	Hostname               string                  `json:"hostname,omitempty"`
 	Image                  string                  `json:"image,omitempty"`
 	Interactive            *bool                   `json:"interactive,omitempty"`
-	Links                  []string                `json:"links,omitempty"`
+	Links                  []string                `json:"links,omitzero"`
 	LinuxParameters        *LinuxParameters        `json:"linuxParameters,omitempty"`
 	LogConfiguration       *LogConfiguration       `json:"logConfiguration,omitempty"`
 	Memory                 *int32                  `json:"memory,omitempty"`
 	MemoryReservation      *int32                  `json:"memoryReservation,omitempty"`
-	MountPoints            []MountPoint            `json:"mountPoints,omitempty"`
+	MountPoints            []MountPoint            `json:"mountPoints,omitzero"`
 	Name                   string                  `json:"name,omitempty"`
-	PortMappings           []PortMapping           `json:"portMappings,omitempty"`
+	PortMappings           []PortMapping           `json:"portMappings,omitzero"`
 	Privileged             *bool                   `json:"privileged,omitempty"`
 	PseudoTerminal         *bool                   `json:"pseudoTerminal,omitempty"`
 	ReadonlyRootFilesystem *bool                   `json:"readonlyRootFilesystem,omitempty"`
 	RepositoryCredentials  *RepositoryCredentials  `json:"repositoryCredentials,omitempty"`
-	ResourceRequirements   []ResourceRequirement   `json:"resourceRequirements,omitempty"`
+	ResourceRequirements   []ResourceRequirement   `json:"resourceRequirements,omitzero"`
 	RestartPolicy          *ContainerRestartPolicy `json:"restartPolicy,omitempty"`
-	Secrets                []Secret                `json:"secrets,omitempty"`
+	Secrets                []Secret                `json:"secrets,omitzero"`
 	StartTimeout           *int32                  `json:"startTimeout,omitempty"`
 	StopTimeout            *int32                  `json:"stopTimeout,omitempty"`
-	SystemControls         []SystemControl         `json:"systemControls,omitempty"`
-	Ulimits                []Ulimit                `json:"ulimits,omitempty"`
+	SystemControls         []SystemControl         `json:"systemControls,omitzero"`
+	Ulimits                []Ulimit                `json:"ulimits,omitzero"`
 	User                   string                  `json:"user,omitempty"`
 	VersionConsistency     string                  `json:"versionConsistency,omitempty"`
-	VolumesFrom            []VolumeFrom            `json:"volumesFrom,omitempty"`
+	VolumesFrom            []VolumeFrom            `json:"volumesFrom,omitzero"`
 	WorkingDirectory       string                  `json:"workingDirectory,omitempty"`
 }
 
@@ -1624,20 +1624,20 @@ func (v *ContainerImage) Check(path string) *Violation {
 type ContainerInstance struct {
 	AgentConnected       *bool                          `json:"agentConnected,omitempty"`
 	AgentUpdateStatus    string                         `json:"agentUpdateStatus,omitempty"`
-	Attachments          []Attachment                   `json:"attachments,omitempty"`
-	Attributes           []Attribute                    `json:"attributes,omitempty"`
+	Attachments          []Attachment                   `json:"attachments,omitzero"`
+	Attributes           []Attribute                    `json:"attributes,omitzero"`
 	CapacityProviderName string                         `json:"capacityProviderName,omitempty"`
 	ContainerInstanceArn string                         `json:"containerInstanceArn,omitempty"`
 	Ec2InstanceId        string                         `json:"ec2InstanceId,omitempty"`
 	HealthStatus         *ContainerInstanceHealthStatus `json:"healthStatus,omitempty"`
 	PendingTasksCount    *int32                         `json:"pendingTasksCount,omitempty"`
 	RegisteredAt         Timestamp                      `json:"registeredAt,omitzero"`
-	RegisteredResources  []Resource                     `json:"registeredResources,omitempty"`
-	RemainingResources   []Resource                     `json:"remainingResources,omitempty"`
+	RegisteredResources  []Resource                     `json:"registeredResources,omitzero"`
+	RemainingResources   []Resource                     `json:"remainingResources,omitzero"`
 	RunningTasksCount    *int32                         `json:"runningTasksCount,omitempty"`
 	Status               string                         `json:"status,omitempty"`
 	StatusReason         string                         `json:"statusReason,omitempty"`
-	Tags                 []Tag                          `json:"tags,omitempty"`
+	Tags                 []Tag                          `json:"tags,omitzero"`
 	Version              *int64                         `json:"version,omitempty"`
 	VersionInfo          *VersionInfo                   `json:"versionInfo,omitempty"`
 }
@@ -1692,7 +1692,7 @@ func (v *ContainerInstance) Check(path string) *Violation {
 }
 
 type ContainerInstanceHealthStatus struct {
-	Details       []InstanceHealthCheckResult `json:"details,omitempty"`
+	Details       []InstanceHealthCheckResult `json:"details,omitzero"`
 	OverallStatus string                      `json:"overallStatus,omitempty"`
 }
 
@@ -1715,14 +1715,14 @@ func (v *ContainerInstanceHealthStatus) Check(path string) *Violation {
 }
 
 type ContainerOverride struct {
-	Command              []string              `json:"command,omitempty"`
+	Command              []string              `json:"command,omitzero"`
 	Cpu                  *int32                `json:"cpu,omitempty"`
-	Environment          []KeyValuePair        `json:"environment,omitempty"`
-	EnvironmentFiles     []EnvironmentFile     `json:"environmentFiles,omitempty"`
+	Environment          []KeyValuePair        `json:"environment,omitzero"`
+	EnvironmentFiles     []EnvironmentFile     `json:"environmentFiles,omitzero"`
 	Memory               *int32                `json:"memory,omitempty"`
 	MemoryReservation    *int32                `json:"memoryReservation,omitempty"`
 	Name                 string                `json:"name,omitempty"`
-	ResourceRequirements []ResourceRequirement `json:"resourceRequirements,omitempty"`
+	ResourceRequirements []ResourceRequirement `json:"resourceRequirements,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -1750,7 +1750,7 @@ func (v *ContainerOverride) Check(path string) *Violation {
 
 type ContainerRestartPolicy struct {
 	Enabled              *bool   `json:"enabled,omitempty"`
-	IgnoredExitCodes     []int32 `json:"ignoredExitCodes,omitempty"`
+	IgnoredExitCodes     []int32 `json:"ignoredExitCodes,omitzero"`
 	RestartAttemptPeriod *int32  `json:"restartAttemptPeriod,omitempty"`
 }
 
@@ -1769,7 +1769,7 @@ type ContainerStateChange struct {
 	ContainerName   string           `json:"containerName,omitempty"`
 	ExitCode        *int32           `json:"exitCode,omitempty"`
 	ImageDigest     string           `json:"imageDigest,omitempty"`
-	NetworkBindings []NetworkBinding `json:"networkBindings,omitempty"`
+	NetworkBindings []NetworkBinding `json:"networkBindings,omitzero"`
 	Reason          string           `json:"reason,omitempty"`
 	RuntimeId       string           `json:"runtimeId,omitempty"`
 	Status          string           `json:"status,omitempty"`
@@ -1830,7 +1830,7 @@ type CreateCapacityProviderRequest struct {
 	Cluster                  string                                       `json:"cluster,omitempty"`
 	ManagedInstancesProvider *CreateManagedInstancesProviderConfiguration `json:"managedInstancesProvider,omitempty"`
 	Name                     string                                       `json:"name,omitempty"`
-	Tags                     []Tag                                        `json:"tags,omitempty"`
+	Tags                     []Tag                                        `json:"tags,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -1876,13 +1876,13 @@ func (v *CreateCapacityProviderResponse) Check(path string) *Violation {
 }
 
 type CreateClusterRequest struct {
-	CapacityProviders               []string                              `json:"capacityProviders,omitempty"`
+	CapacityProviders               []string                              `json:"capacityProviders,omitzero"`
 	ClusterName                     string                                `json:"clusterName,omitempty"`
 	Configuration                   *ClusterConfiguration                 `json:"configuration,omitempty"`
-	DefaultCapacityProviderStrategy []CapacityProviderStrategyItem        `json:"defaultCapacityProviderStrategy,omitempty"`
+	DefaultCapacityProviderStrategy []CapacityProviderStrategyItem        `json:"defaultCapacityProviderStrategy,omitzero"`
 	ServiceConnectDefaults          *ClusterServiceConnectDefaultsRequest `json:"serviceConnectDefaults,omitempty"`
-	Settings                        []ClusterSetting                      `json:"settings,omitempty"`
-	Tags                            []Tag                                 `json:"tags,omitempty"`
+	Settings                        []ClusterSetting                      `json:"settings,omitzero"`
+	Tags                            []Tag                                 `json:"tags,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -1935,7 +1935,7 @@ func (v *CreateClusterResponse) Check(path string) *Violation {
 }
 
 type CreateDaemonRequest struct {
-	CapacityProviderArns    []string                       `json:"capacityProviderArns,omitempty"`
+	CapacityProviderArns    []string                       `json:"capacityProviderArns,omitzero"`
 	ClientToken             string                         `json:"clientToken,omitempty"`
 	ClusterArn              string                         `json:"clusterArn,omitempty"`
 	Critical                *bool                          `json:"critical,omitempty"`
@@ -1945,7 +1945,7 @@ type CreateDaemonRequest struct {
 	EnableECSManagedTags    *bool                          `json:"enableECSManagedTags,omitempty"`
 	EnableExecuteCommand    *bool                          `json:"enableExecuteCommand,omitempty"`
 	PropagateTags           string                         `json:"propagateTags,omitempty"`
-	Tags                    []Tag                          `json:"tags,omitempty"`
+	Tags                    []Tag                          `json:"tags,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -2014,7 +2014,7 @@ type CreateExpressGatewayServiceRequest struct {
 	PrimaryContainer      *ExpressGatewayContainer                   `json:"primaryContainer,omitempty"`
 	ScalingTarget         *ExpressGatewayScalingTarget               `json:"scalingTarget,omitempty"`
 	ServiceName           string                                     `json:"serviceName,omitempty"`
-	Tags                  []Tag                                      `json:"tags,omitempty"`
+	Tags                  []Tag                                      `json:"tags,omitzero"`
 	TaskRoleArn           string                                     `json:"taskRoleArn,omitempty"`
 }
 
@@ -2107,7 +2107,7 @@ func (v *CreateManagedInstancesProviderConfiguration) Check(path string) *Violat
 
 type CreateServiceRequest struct {
 	AvailabilityZoneRebalancing   string                         `json:"availabilityZoneRebalancing,omitempty"`
-	CapacityProviderStrategy      []CapacityProviderStrategyItem `json:"capacityProviderStrategy,omitempty"`
+	CapacityProviderStrategy      []CapacityProviderStrategyItem `json:"capacityProviderStrategy,omitzero"`
 	ClientToken                   string                         `json:"clientToken,omitempty"`
 	Cluster                       string                         `json:"cluster,omitempty"`
 	DeploymentConfiguration       *DeploymentConfiguration       `json:"deploymentConfiguration,omitempty"`
@@ -2117,21 +2117,21 @@ type CreateServiceRequest struct {
 	EnableExecuteCommand          *bool                          `json:"enableExecuteCommand,omitempty"`
 	HealthCheckGracePeriodSeconds *int32                         `json:"healthCheckGracePeriodSeconds,omitempty"`
 	LaunchType                    string                         `json:"launchType,omitempty"`
-	LoadBalancers                 []LoadBalancer                 `json:"loadBalancers,omitempty"`
+	LoadBalancers                 []LoadBalancer                 `json:"loadBalancers,omitzero"`
 	NetworkConfiguration          *NetworkConfiguration          `json:"networkConfiguration,omitempty"`
-	PlacementConstraints          []PlacementConstraint          `json:"placementConstraints,omitempty"`
-	PlacementStrategy             []PlacementStrategy            `json:"placementStrategy,omitempty"`
+	PlacementConstraints          []PlacementConstraint          `json:"placementConstraints,omitzero"`
+	PlacementStrategy             []PlacementStrategy            `json:"placementStrategy,omitzero"`
 	PlatformVersion               string                         `json:"platformVersion,omitempty"`
 	PropagateTags                 string                         `json:"propagateTags,omitempty"`
 	Role                          string                         `json:"role,omitempty"`
 	SchedulingStrategy            string                         `json:"schedulingStrategy,omitempty"`
 	ServiceConnectConfiguration   *ServiceConnectConfiguration   `json:"serviceConnectConfiguration,omitempty"`
 	ServiceName                   string                         `json:"serviceName,omitempty"`
-	ServiceRegistries             []ServiceRegistry              `json:"serviceRegistries,omitempty"`
-	Tags                          []Tag                          `json:"tags,omitempty"`
+	ServiceRegistries             []ServiceRegistry              `json:"serviceRegistries,omitzero"`
+	Tags                          []Tag                          `json:"tags,omitzero"`
 	TaskDefinition                string                         `json:"taskDefinition,omitempty"`
-	VolumeConfigurations          []ServiceVolumeConfiguration   `json:"volumeConfigurations,omitempty"`
-	VpcLatticeConfigurations      []VpcLatticeConfiguration      `json:"vpcLatticeConfigurations,omitempty"`
+	VolumeConfigurations          []ServiceVolumeConfiguration   `json:"volumeConfigurations,omitzero"`
+	VpcLatticeConfigurations      []VpcLatticeConfiguration      `json:"vpcLatticeConfigurations,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -2238,18 +2238,18 @@ func (v *CreateServiceResponse) Check(path string) *Violation {
 }
 
 type CreateTaskSetRequest struct {
-	CapacityProviderStrategy []CapacityProviderStrategyItem `json:"capacityProviderStrategy,omitempty"`
+	CapacityProviderStrategy []CapacityProviderStrategyItem `json:"capacityProviderStrategy,omitzero"`
 	ClientToken              string                         `json:"clientToken,omitempty"`
 	Cluster                  string                         `json:"cluster,omitempty"`
 	ExternalId               string                         `json:"externalId,omitempty"`
 	LaunchType               string                         `json:"launchType,omitempty"`
-	LoadBalancers            []LoadBalancer                 `json:"loadBalancers,omitempty"`
+	LoadBalancers            []LoadBalancer                 `json:"loadBalancers,omitzero"`
 	NetworkConfiguration     *NetworkConfiguration          `json:"networkConfiguration,omitempty"`
 	PlatformVersion          string                         `json:"platformVersion,omitempty"`
 	Scale                    *Scale                         `json:"scale,omitempty"`
 	Service                  string                         `json:"service,omitempty"`
-	ServiceRegistries        []ServiceRegistry              `json:"serviceRegistries,omitempty"`
-	Tags                     []Tag                          `json:"tags,omitempty"`
+	ServiceRegistries        []ServiceRegistry              `json:"serviceRegistries,omitzero"`
+	Tags                     []Tag                          `json:"tags,omitzero"`
 	TaskDefinition           string                         `json:"taskDefinition,omitempty"`
 }
 
@@ -2335,7 +2335,7 @@ func (v *CreatedAt) Check(path string) *Violation {
 }
 
 type DaemonAlarmConfiguration struct {
-	AlarmNames []string `json:"alarmNames,omitempty"`
+	AlarmNames []string `json:"alarmNames,omitzero"`
 	Enable     *bool    `json:"enable,omitempty"`
 }
 
@@ -2381,12 +2381,12 @@ func (v *DaemonCircuitBreaker) Check(path string) *Violation {
 }
 
 type DaemonContainerDefinition struct {
-	Command                []string                `json:"command,omitempty"`
+	Command                []string                `json:"command,omitzero"`
 	Cpu                    *int32                  `json:"cpu,omitempty"`
-	DependsOn              []ContainerDependency   `json:"dependsOn,omitempty"`
-	EntryPoint             []string                `json:"entryPoint,omitempty"`
-	Environment            []KeyValuePair          `json:"environment,omitempty"`
-	EnvironmentFiles       []EnvironmentFile       `json:"environmentFiles,omitempty"`
+	DependsOn              []ContainerDependency   `json:"dependsOn,omitzero"`
+	EntryPoint             []string                `json:"entryPoint,omitzero"`
+	Environment            []KeyValuePair          `json:"environment,omitzero"`
+	EnvironmentFiles       []EnvironmentFile       `json:"environmentFiles,omitzero"`
 	Essential              *bool                   `json:"essential,omitempty"`
 	FirelensConfiguration  *FirelensConfiguration  `json:"firelensConfiguration,omitempty"`
 	HealthCheck            *HealthCheck            `json:"healthCheck,omitempty"`
@@ -2396,18 +2396,18 @@ type DaemonContainerDefinition struct {
 	LogConfiguration       *LogConfiguration       `json:"logConfiguration,omitempty"`
 	Memory                 *int32                  `json:"memory,omitempty"`
 	MemoryReservation      *int32                  `json:"memoryReservation,omitempty"`
-	MountPoints            []MountPoint            `json:"mountPoints,omitempty"`
+	MountPoints            []MountPoint            `json:"mountPoints,omitzero"`
 	Name                   string                  `json:"name,omitempty"`
 	Privileged             *bool                   `json:"privileged,omitempty"`
 	PseudoTerminal         *bool                   `json:"pseudoTerminal,omitempty"`
 	ReadonlyRootFilesystem *bool                   `json:"readonlyRootFilesystem,omitempty"`
 	RepositoryCredentials  *RepositoryCredentials  `json:"repositoryCredentials,omitempty"`
 	RestartPolicy          *ContainerRestartPolicy `json:"restartPolicy,omitempty"`
-	Secrets                []Secret                `json:"secrets,omitempty"`
+	Secrets                []Secret                `json:"secrets,omitzero"`
 	StartTimeout           *int32                  `json:"startTimeout,omitempty"`
 	StopTimeout            *int32                  `json:"stopTimeout,omitempty"`
-	SystemControls         []SystemControl         `json:"systemControls,omitempty"`
-	Ulimits                []Ulimit                `json:"ulimits,omitempty"`
+	SystemControls         []SystemControl         `json:"systemControls,omitzero"`
+	Ulimits                []Ulimit                `json:"ulimits,omitzero"`
 	User                   string                  `json:"user,omitempty"`
 	WorkingDirectory       string                  `json:"workingDirectory,omitempty"`
 }
@@ -2499,7 +2499,7 @@ type DaemonDeployment struct {
 	DeploymentConfiguration *DaemonDeploymentConfiguration   `json:"deploymentConfiguration,omitempty"`
 	FinishedAt              Timestamp                        `json:"finishedAt,omitzero"`
 	Rollback                *DaemonRollback                  `json:"rollback,omitempty"`
-	SourceDaemonRevisions   []DaemonDeploymentRevisionDetail `json:"sourceDaemonRevisions,omitempty"`
+	SourceDaemonRevisions   []DaemonDeploymentRevisionDetail `json:"sourceDaemonRevisions,omitzero"`
 	StartedAt               Timestamp                        `json:"startedAt,omitzero"`
 	Status                  string                           `json:"status,omitempty"`
 	StatusReason            string                           `json:"statusReason,omitempty"`
@@ -2541,9 +2541,9 @@ func (v *DaemonDeployment) Check(path string) *Violation {
 }
 
 type DaemonDeploymentAlarms struct {
-	AlarmNames          []string `json:"alarmNames,omitempty"`
+	AlarmNames          []string `json:"alarmNames,omitzero"`
 	Status              string   `json:"status,omitempty"`
-	TriggeredAlarmNames []string `json:"triggeredAlarmNames,omitempty"`
+	TriggeredAlarmNames []string `json:"triggeredAlarmNames,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -2598,7 +2598,7 @@ func (v *DaemonDeploymentConfiguration) Check(path string) *Violation {
 
 type DaemonDeploymentRevisionDetail struct {
 	Arn                             string                             `json:"arn,omitempty"`
-	CapacityProviders               []DaemonDeploymentCapacityProvider `json:"capacityProviders,omitempty"`
+	CapacityProviders               []DaemonDeploymentCapacityProvider `json:"capacityProviders,omitzero"`
 	TotalDrainingInstanceCount      *int32                             `json:"totalDrainingInstanceCount,omitempty"`
 	TotalRunningInstanceCount       *int32                             `json:"totalRunningInstanceCount,omitempty"`
 	TotalWithoutDaemonInstanceCount *int32                             `json:"totalWithoutDaemonInstanceCount,omitempty"`
@@ -2646,7 +2646,7 @@ func (v *DaemonDeploymentSummary) Check(path string) *Violation {
 type DaemonDetail struct {
 	ClusterArn       string                 `json:"clusterArn,omitempty"`
 	CreatedAt        Timestamp              `json:"createdAt,omitzero"`
-	CurrentRevisions []DaemonRevisionDetail `json:"currentRevisions,omitempty"`
+	CurrentRevisions []DaemonRevisionDetail `json:"currentRevisions,omitzero"`
 	DaemonArn        string                 `json:"daemonArn,omitempty"`
 	DeploymentArn    string                 `json:"deploymentArn,omitempty"`
 	Status           string                 `json:"status,omitempty"`
@@ -2673,9 +2673,9 @@ func (v *DaemonDetail) Check(path string) *Violation {
 
 type DaemonLinuxParameters struct {
 	Capabilities       *KernelCapabilities `json:"capabilities,omitempty"`
-	Devices            []Device            `json:"devices,omitempty"`
+	Devices            []Device            `json:"devices,omitzero"`
 	InitProcessEnabled *bool               `json:"initProcessEnabled,omitempty"`
-	Tmpfs              []Tmpfs             `json:"tmpfs,omitempty"`
+	Tmpfs              []Tmpfs             `json:"tmpfs,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -2701,7 +2701,7 @@ func (v *DaemonLinuxParameters) Check(path string) *Violation {
 
 type DaemonRevision struct {
 	ClusterArn              string                 `json:"clusterArn,omitempty"`
-	ContainerImages         []DaemonContainerImage `json:"containerImages,omitempty"`
+	ContainerImages         []DaemonContainerImage `json:"containerImages,omitzero"`
 	CreatedAt               Timestamp              `json:"createdAt,omitzero"`
 	Critical                *bool                  `json:"critical,omitempty"`
 	DaemonArn               string                 `json:"daemonArn,omitempty"`
@@ -2732,7 +2732,7 @@ func (v *DaemonRevision) Check(path string) *Violation {
 
 type DaemonRevisionDetail struct {
 	Arn                     string                   `json:"arn,omitempty"`
-	CapacityProviders       []DaemonCapacityProvider `json:"capacityProviders,omitempty"`
+	CapacityProviders       []DaemonCapacityProvider `json:"capacityProviders,omitzero"`
 	TotalRunningCount       *int32                   `json:"totalRunningCount,omitempty"`
 	TotalWithoutDaemonCount *int32                   `json:"totalWithoutDaemonCount,omitempty"`
 }
@@ -2752,7 +2752,7 @@ func (v *DaemonRevisionDetail) Check(path string) *Violation {
 
 type DaemonRollback struct {
 	Reason                          string    `json:"reason,omitempty"`
-	RollbackCapacityProviders       []string  `json:"rollbackCapacityProviders,omitempty"`
+	RollbackCapacityProviders       []string  `json:"rollbackCapacityProviders,omitzero"`
 	RollbackTargetDaemonRevisionArn string    `json:"rollbackTargetDaemonRevisionArn,omitempty"`
 	StartedAt                       Timestamp `json:"startedAt,omitzero"`
 }
@@ -2786,7 +2786,7 @@ func (v *DaemonSummary) Check(path string) *Violation {
 }
 
 type DaemonTaskDefinition struct {
-	ContainerDefinitions    []DaemonContainerDefinition `json:"containerDefinitions,omitempty"`
+	ContainerDefinitions    []DaemonContainerDefinition `json:"containerDefinitions,omitzero"`
 	Cpu                     string                      `json:"cpu,omitempty"`
 	DaemonTaskDefinitionArn string                      `json:"daemonTaskDefinitionArn,omitempty"`
 	DeleteRequestedAt       Timestamp                   `json:"deleteRequestedAt,omitzero"`
@@ -2800,7 +2800,7 @@ type DaemonTaskDefinition struct {
 	Revision                *int32                      `json:"revision,omitempty"`
 	Status                  string                      `json:"status,omitempty"`
 	TaskRoleArn             string                      `json:"taskRoleArn,omitempty"`
-	Volumes                 []DaemonVolume              `json:"volumes,omitempty"`
+	Volumes                 []DaemonVolume              `json:"volumes,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -2914,7 +2914,7 @@ func (v *DeleteAccountSettingResponse) Check(path string) *Violation {
 }
 
 type DeleteAttributesRequest struct {
-	Attributes []Attribute `json:"attributes,omitempty"`
+	Attributes []Attribute `json:"attributes,omitzero"`
 	Cluster    string      `json:"cluster,omitempty"`
 }
 
@@ -2935,7 +2935,7 @@ func (v *DeleteAttributesRequest) Check(path string) *Violation {
 }
 
 type DeleteAttributesResponse struct {
-	Attributes []Attribute `json:"attributes,omitempty"`
+	Attributes []Attribute `json:"attributes,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3138,7 +3138,7 @@ func (v *DeleteServiceResponse) Check(path string) *Violation {
 }
 
 type DeleteTaskDefinitionsRequest struct {
-	TaskDefinitions []string `json:"taskDefinitions,omitempty"`
+	TaskDefinitions []string `json:"taskDefinitions,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3153,8 +3153,8 @@ func (v *DeleteTaskDefinitionsRequest) Check(path string) *Violation {
 }
 
 type DeleteTaskDefinitionsResponse struct {
-	Failures        []Failure        `json:"failures,omitempty"`
-	TaskDefinitions []TaskDefinition `json:"taskDefinitions,omitempty"`
+	Failures        []Failure        `json:"failures,omitzero"`
+	TaskDefinitions []TaskDefinition `json:"taskDefinitions,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3215,7 +3215,7 @@ func (v *DeleteTaskSetResponse) Check(path string) *Violation {
 }
 
 type Deployment struct {
-	CapacityProviderStrategy    []CapacityProviderStrategyItem  `json:"capacityProviderStrategy,omitempty"`
+	CapacityProviderStrategy    []CapacityProviderStrategyItem  `json:"capacityProviderStrategy,omitzero"`
 	CreatedAt                   Timestamp                       `json:"createdAt,omitzero"`
 	DesiredCount                *int32                          `json:"desiredCount,omitempty"`
 	FailedTasks                 *int32                          `json:"failedTasks,omitempty"`
@@ -3230,12 +3230,12 @@ type Deployment struct {
 	RolloutStateReason          string                          `json:"rolloutStateReason,omitempty"`
 	RunningCount                *int32                          `json:"runningCount,omitempty"`
 	ServiceConnectConfiguration *ServiceConnectConfiguration    `json:"serviceConnectConfiguration,omitempty"`
-	ServiceConnectResources     []ServiceConnectServiceResource `json:"serviceConnectResources,omitempty"`
+	ServiceConnectResources     []ServiceConnectServiceResource `json:"serviceConnectResources,omitzero"`
 	Status                      string                          `json:"status,omitempty"`
 	TaskDefinition              string                          `json:"taskDefinition,omitempty"`
 	UpdatedAt                   Timestamp                       `json:"updatedAt,omitzero"`
-	VolumeConfigurations        []ServiceVolumeConfiguration    `json:"volumeConfigurations,omitempty"`
-	VpcLatticeConfigurations    []VpcLatticeConfiguration       `json:"vpcLatticeConfigurations,omitempty"`
+	VolumeConfigurations        []ServiceVolumeConfiguration    `json:"volumeConfigurations,omitzero"`
+	VpcLatticeConfigurations    []VpcLatticeConfiguration       `json:"vpcLatticeConfigurations,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3286,7 +3286,7 @@ func (v *Deployment) Check(path string) *Violation {
 }
 
 type DeploymentAlarms struct {
-	AlarmNames []string `json:"alarmNames,omitempty"`
+	AlarmNames []string `json:"alarmNames,omitzero"`
 	Enable     *bool    `json:"enable,omitempty"`
 	Rollback   *bool    `json:"rollback,omitempty"`
 }
@@ -3332,7 +3332,7 @@ type DeploymentConfiguration struct {
 	BakeTimeInMinutes        *int32                    `json:"bakeTimeInMinutes,omitempty"`
 	CanaryConfiguration      *CanaryConfiguration      `json:"canaryConfiguration,omitempty"`
 	DeploymentCircuitBreaker *DeploymentCircuitBreaker `json:"deploymentCircuitBreaker,omitempty"`
-	LifecycleHooks           []DeploymentLifecycleHook `json:"lifecycleHooks,omitempty"`
+	LifecycleHooks           []DeploymentLifecycleHook `json:"lifecycleHooks,omitzero"`
 	LinearConfiguration      *LinearConfiguration      `json:"linearConfiguration,omitempty"`
 	MaximumPercent           *int32                    `json:"maximumPercent,omitempty"`
 	MinimumHealthyPercent    *int32                    `json:"minimumHealthyPercent,omitempty"`
@@ -3404,7 +3404,7 @@ func (v *DeploymentEphemeralStorage) Check(path string) *Violation {
 type DeploymentLifecycleHook struct {
 	HookDetails          *HookDetails                                 `json:"hookDetails,omitempty"`
 	HookTargetArn        string                                       `json:"hookTargetArn,omitempty"`
-	LifecycleStages      []string                                     `json:"lifecycleStages,omitempty"`
+	LifecycleStages      []string                                     `json:"lifecycleStages,omitzero"`
 	RoleArn              string                                       `json:"roleArn,omitempty"`
 	TargetType           string                                       `json:"targetType,omitempty"`
 	TimeoutConfiguration *DeploymentLifecycleHookTimeoutConfiguration `json:"timeoutConfiguration,omitempty"`
@@ -3552,9 +3552,9 @@ func (v *DeregisterTaskDefinitionResponse) Check(path string) *Violation {
 }
 
 type DescribeCapacityProvidersRequest struct {
-	CapacityProviders []string `json:"capacityProviders,omitempty"`
+	CapacityProviders []string `json:"capacityProviders,omitzero"`
 	Cluster           string   `json:"cluster,omitempty"`
-	Include           []string `json:"include,omitempty"`
+	Include           []string `json:"include,omitzero"`
 	MaxResults        *int32   `json:"maxResults,omitempty"`
 	NextToken         string   `json:"nextToken,omitempty"`
 }
@@ -3573,8 +3573,8 @@ func (v *DescribeCapacityProvidersRequest) Check(path string) *Violation {
 }
 
 type DescribeCapacityProvidersResponse struct {
-	CapacityProviders []CapacityProvider `json:"capacityProviders,omitempty"`
-	Failures          []Failure          `json:"failures,omitempty"`
+	CapacityProviders []CapacityProvider `json:"capacityProviders,omitzero"`
+	Failures          []Failure          `json:"failures,omitzero"`
 	NextToken         string             `json:"nextToken,omitempty"`
 }
 
@@ -3597,8 +3597,8 @@ func (v *DescribeCapacityProvidersResponse) Check(path string) *Violation {
 }
 
 type DescribeClustersRequest struct {
-	Clusters []string `json:"clusters,omitempty"`
-	Include  []string `json:"include,omitempty"`
+	Clusters []string `json:"clusters,omitzero"`
+	Include  []string `json:"include,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3615,8 +3615,8 @@ func (v *DescribeClustersRequest) Check(path string) *Violation {
 }
 
 type DescribeClustersResponse struct {
-	Clusters []Cluster `json:"clusters,omitempty"`
-	Failures []Failure `json:"failures,omitempty"`
+	Clusters []Cluster `json:"clusters,omitzero"`
+	Failures []Failure `json:"failures,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3639,8 +3639,8 @@ func (v *DescribeClustersResponse) Check(path string) *Violation {
 
 type DescribeContainerInstancesRequest struct {
 	Cluster            string   `json:"cluster,omitempty"`
-	ContainerInstances []string `json:"containerInstances,omitempty"`
-	Include            []string `json:"include,omitempty"`
+	ContainerInstances []string `json:"containerInstances,omitzero"`
+	Include            []string `json:"include,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3660,8 +3660,8 @@ func (v *DescribeContainerInstancesRequest) Check(path string) *Violation {
 }
 
 type DescribeContainerInstancesResponse struct {
-	ContainerInstances []ContainerInstance `json:"containerInstances,omitempty"`
-	Failures           []Failure           `json:"failures,omitempty"`
+	ContainerInstances []ContainerInstance `json:"containerInstances,omitzero"`
+	Failures           []Failure           `json:"failures,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3683,7 +3683,7 @@ func (v *DescribeContainerInstancesResponse) Check(path string) *Violation {
 }
 
 type DescribeDaemonDeploymentsRequest struct {
-	DaemonDeploymentArns []string `json:"daemonDeploymentArns,omitempty"`
+	DaemonDeploymentArns []string `json:"daemonDeploymentArns,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3698,8 +3698,8 @@ func (v *DescribeDaemonDeploymentsRequest) Check(path string) *Violation {
 }
 
 type DescribeDaemonDeploymentsResponse struct {
-	DaemonDeployments []DaemonDeployment `json:"daemonDeployments,omitempty"`
-	Failures          []Failure          `json:"failures,omitempty"`
+	DaemonDeployments []DaemonDeployment `json:"daemonDeployments,omitzero"`
+	Failures          []Failure          `json:"failures,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3751,7 +3751,7 @@ func (v *DescribeDaemonResponse) Check(path string) *Violation {
 }
 
 type DescribeDaemonRevisionsRequest struct {
-	DaemonRevisionArns []string `json:"daemonRevisionArns,omitempty"`
+	DaemonRevisionArns []string `json:"daemonRevisionArns,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3766,8 +3766,8 @@ func (v *DescribeDaemonRevisionsRequest) Check(path string) *Violation {
 }
 
 type DescribeDaemonRevisionsResponse struct {
-	DaemonRevisions []DaemonRevision `json:"daemonRevisions,omitempty"`
-	Failures        []Failure        `json:"failures,omitempty"`
+	DaemonRevisions []DaemonRevision `json:"daemonRevisions,omitzero"`
+	Failures        []Failure        `json:"failures,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3819,7 +3819,7 @@ func (v *DescribeDaemonTaskDefinitionResponse) Check(path string) *Violation {
 }
 
 type DescribeExpressGatewayServiceRequest struct {
-	Include    []string `json:"include,omitempty"`
+	Include    []string `json:"include,omitzero"`
 	ServiceArn string   `json:"serviceArn,omitempty"`
 }
 
@@ -3855,7 +3855,7 @@ func (v *DescribeExpressGatewayServiceResponse) Check(path string) *Violation {
 }
 
 type DescribeServiceDeploymentsRequest struct {
-	ServiceDeploymentArns []string `json:"serviceDeploymentArns,omitempty"`
+	ServiceDeploymentArns []string `json:"serviceDeploymentArns,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3870,8 +3870,8 @@ func (v *DescribeServiceDeploymentsRequest) Check(path string) *Violation {
 }
 
 type DescribeServiceDeploymentsResponse struct {
-	Failures           []Failure           `json:"failures,omitempty"`
-	ServiceDeployments []ServiceDeployment `json:"serviceDeployments,omitempty"`
+	Failures           []Failure           `json:"failures,omitzero"`
+	ServiceDeployments []ServiceDeployment `json:"serviceDeployments,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3893,7 +3893,7 @@ func (v *DescribeServiceDeploymentsResponse) Check(path string) *Violation {
 }
 
 type DescribeServiceRevisionsRequest struct {
-	ServiceRevisionArns []string `json:"serviceRevisionArns,omitempty"`
+	ServiceRevisionArns []string `json:"serviceRevisionArns,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3908,8 +3908,8 @@ func (v *DescribeServiceRevisionsRequest) Check(path string) *Violation {
 }
 
 type DescribeServiceRevisionsResponse struct {
-	Failures         []Failure         `json:"failures,omitempty"`
-	ServiceRevisions []ServiceRevision `json:"serviceRevisions,omitempty"`
+	Failures         []Failure         `json:"failures,omitzero"`
+	ServiceRevisions []ServiceRevision `json:"serviceRevisions,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3932,8 +3932,8 @@ func (v *DescribeServiceRevisionsResponse) Check(path string) *Violation {
 
 type DescribeServicesRequest struct {
 	Cluster  string   `json:"cluster,omitempty"`
-	Include  []string `json:"include,omitempty"`
-	Services []string `json:"services,omitempty"`
+	Include  []string `json:"include,omitzero"`
+	Services []string `json:"services,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3953,8 +3953,8 @@ func (v *DescribeServicesRequest) Check(path string) *Violation {
 }
 
 type DescribeServicesResponse struct {
-	Failures []Failure `json:"failures,omitempty"`
-	Services []Service `json:"services,omitempty"`
+	Failures []Failure `json:"failures,omitzero"`
+	Services []Service `json:"services,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -3976,7 +3976,7 @@ func (v *DescribeServicesResponse) Check(path string) *Violation {
 }
 
 type DescribeTaskDefinitionRequest struct {
-	Include        []string `json:"include,omitempty"`
+	Include        []string `json:"include,omitzero"`
 	TaskDefinition string   `json:"taskDefinition,omitempty"`
 }
 
@@ -3997,7 +3997,7 @@ func (v *DescribeTaskDefinitionRequest) Check(path string) *Violation {
 }
 
 type DescribeTaskDefinitionResponse struct {
-	Tags           []Tag           `json:"tags,omitempty"`
+	Tags           []Tag           `json:"tags,omitzero"`
 	TaskDefinition *TaskDefinition `json:"taskDefinition,omitempty"`
 }
 
@@ -4024,9 +4024,9 @@ func (v *DescribeTaskDefinitionResponse) Check(path string) *Violation {
 
 type DescribeTaskSetsRequest struct {
 	Cluster  string   `json:"cluster,omitempty"`
-	Include  []string `json:"include,omitempty"`
+	Include  []string `json:"include,omitzero"`
 	Service  string   `json:"service,omitempty"`
-	TaskSets []string `json:"taskSets,omitempty"`
+	TaskSets []string `json:"taskSets,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -4049,8 +4049,8 @@ func (v *DescribeTaskSetsRequest) Check(path string) *Violation {
 }
 
 type DescribeTaskSetsResponse struct {
-	Failures []Failure `json:"failures,omitempty"`
-	TaskSets []TaskSet `json:"taskSets,omitempty"`
+	Failures []Failure `json:"failures,omitzero"`
+	TaskSets []TaskSet `json:"taskSets,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -4073,8 +4073,8 @@ func (v *DescribeTaskSetsResponse) Check(path string) *Violation {
 
 type DescribeTasksRequest struct {
 	Cluster string   `json:"cluster,omitempty"`
-	Include []string `json:"include,omitempty"`
-	Tasks   []string `json:"tasks,omitempty"`
+	Include []string `json:"include,omitzero"`
+	Tasks   []string `json:"tasks,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -4094,8 +4094,8 @@ func (v *DescribeTasksRequest) Check(path string) *Violation {
 }
 
 type DescribeTasksResponse struct {
-	Failures []Failure `json:"failures,omitempty"`
-	Tasks    []Task    `json:"tasks,omitempty"`
+	Failures []Failure `json:"failures,omitzero"`
+	Tasks    []Task    `json:"tasks,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -4119,7 +4119,7 @@ func (v *DescribeTasksResponse) Check(path string) *Violation {
 type Device struct {
 	ContainerPath string   `json:"containerPath,omitempty"`
 	HostPath      string   `json:"hostPath,omitempty"`
-	Permissions   []string `json:"permissions,omitempty"`
+	Permissions   []string `json:"permissions,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -4168,8 +4168,8 @@ func (v *DiscoverPollEndpointResponse) Check(path string) *Violation {
 type DockerVolumeConfiguration struct {
 	Autoprovision *bool             `json:"autoprovision,omitempty"`
 	Driver        string            `json:"driver,omitempty"`
-	DriverOpts    map[string]string `json:"driverOpts,omitempty"`
-	Labels        map[string]string `json:"labels,omitempty"`
+	DriverOpts    map[string]string `json:"driverOpts,omitzero"`
+	Labels        map[string]string `json:"labels,omitzero"`
 	Scope         string            `json:"scope,omitempty"`
 }
 
@@ -4189,7 +4189,7 @@ func (v *DockerVolumeConfiguration) Check(path string) *Violation {
 type EBSTagSpecification struct {
 	PropagateTags string `json:"propagateTags,omitempty"`
 	ResourceType  string `json:"resourceType,omitempty"`
-	Tags          []Tag  `json:"tags,omitempty"`
+	Tags          []Tag  `json:"tags,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -4224,7 +4224,7 @@ func (v *EBSTagSpecification) Check(path string) *Violation {
 }
 
 type ECSExpressGatewayService struct {
-	ActiveConfigurations  []ExpressGatewayServiceConfiguration `json:"activeConfigurations,omitempty"`
+	ActiveConfigurations  []ExpressGatewayServiceConfiguration `json:"activeConfigurations,omitzero"`
 	Cluster               string                               `json:"cluster,omitempty"`
 	CreatedAt             Timestamp                            `json:"createdAt,omitzero"`
 	CurrentDeployment     string                               `json:"currentDeployment,omitempty"`
@@ -4232,7 +4232,7 @@ type ECSExpressGatewayService struct {
 	ServiceArn            string                               `json:"serviceArn,omitempty"`
 	ServiceName           string                               `json:"serviceName,omitempty"`
 	Status                *ExpressGatewayServiceStatus         `json:"status,omitempty"`
-	Tags                  []Tag                                `json:"tags,omitempty"`
+	Tags                  []Tag                                `json:"tags,omitzero"`
 	UpdatedAt             Timestamp                            `json:"updatedAt,omitzero"`
 }
 
@@ -4264,10 +4264,10 @@ func (v *ECSExpressGatewayService) Check(path string) *Violation {
 
 type ECSManagedResources struct {
 	AutoScaling           *ManagedAutoScaling    `json:"autoScaling,omitempty"`
-	IngressPaths          []ManagedIngressPath   `json:"ingressPaths,omitempty"`
-	LogGroups             []ManagedLogGroup      `json:"logGroups,omitempty"`
-	MetricAlarms          []ManagedMetricAlarm   `json:"metricAlarms,omitempty"`
-	ServiceSecurityGroups []ManagedSecurityGroup `json:"serviceSecurityGroups,omitempty"`
+	IngressPaths          []ManagedIngressPath   `json:"ingressPaths,omitzero"`
+	LogGroups             []ManagedLogGroup      `json:"logGroups,omitzero"`
+	MetricAlarms          []ManagedMetricAlarm   `json:"metricAlarms,omitzero"`
+	ServiceSecurityGroups []ManagedSecurityGroup `json:"serviceSecurityGroups,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -4470,12 +4470,12 @@ func (v *ExecuteCommandResponse) Check(path string) *Violation {
 
 type ExpressGatewayContainer struct {
 	AwsLogsConfiguration  *ExpressGatewayServiceAwsLogsConfiguration `json:"awsLogsConfiguration,omitempty"`
-	Command               []string                                   `json:"command,omitempty"`
+	Command               []string                                   `json:"command,omitzero"`
 	ContainerPort         *int32                                     `json:"containerPort,omitempty"`
-	Environment           []KeyValuePair                             `json:"environment,omitempty"`
+	Environment           []KeyValuePair                             `json:"environment,omitzero"`
 	Image                 string                                     `json:"image,omitempty"`
 	RepositoryCredentials *ExpressGatewayRepositoryCredentials       `json:"repositoryCredentials,omitempty"`
-	Secrets               []Secret                                   `json:"secrets,omitempty"`
+	Secrets               []Secret                                   `json:"secrets,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -4561,7 +4561,7 @@ type ExpressGatewayServiceConfiguration struct {
 	CreatedAt            Timestamp                                  `json:"createdAt,omitzero"`
 	ExecutionRoleArn     string                                     `json:"executionRoleArn,omitempty"`
 	HealthCheckPath      string                                     `json:"healthCheckPath,omitempty"`
-	IngressPaths         []IngressPathSummary                       `json:"ingressPaths,omitempty"`
+	IngressPaths         []IngressPathSummary                       `json:"ingressPaths,omitzero"`
 	Memory               string                                     `json:"memory,omitempty"`
 	NetworkConfiguration *ExpressGatewayServiceNetworkConfiguration `json:"networkConfiguration,omitempty"`
 	PrimaryContainer     *ExpressGatewayContainer                   `json:"primaryContainer,omitempty"`
@@ -4593,8 +4593,8 @@ func (v *ExpressGatewayServiceConfiguration) Check(path string) *Violation {
 }
 
 type ExpressGatewayServiceNetworkConfiguration struct {
-	SecurityGroups []string `json:"securityGroups,omitempty"`
-	Subnets        []string `json:"subnets,omitempty"`
+	SecurityGroups []string `json:"securityGroups,omitzero"`
+	Subnets        []string `json:"subnets,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -4683,7 +4683,7 @@ func (v *Failure) Check(path string) *Violation {
 }
 
 type FirelensConfiguration struct {
-	Options map[string]string `json:"options,omitempty"`
+	Options map[string]string `json:"options,omitzero"`
 	Type    string            `json:"type,omitempty"`
 }
 
@@ -4705,7 +4705,7 @@ func (v *FirelensConfiguration) Check(path string) *Violation {
 
 type GetTaskProtectionRequest struct {
 	Cluster string   `json:"cluster,omitempty"`
-	Tasks   []string `json:"tasks,omitempty"`
+	Tasks   []string `json:"tasks,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -4720,8 +4720,8 @@ func (v *GetTaskProtectionRequest) Check(path string) *Violation {
 }
 
 type GetTaskProtectionResponse struct {
-	Failures       []Failure       `json:"failures,omitempty"`
-	ProtectedTasks []ProtectedTask `json:"protectedTasks,omitempty"`
+	Failures       []Failure       `json:"failures,omitzero"`
+	ProtectedTasks []ProtectedTask `json:"protectedTasks,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -4743,7 +4743,7 @@ func (v *GetTaskProtectionResponse) Check(path string) *Violation {
 }
 
 type HealthCheck struct {
-	Command     []string `json:"command,omitempty"`
+	Command     []string `json:"command,omitzero"`
 	Interval    *int32   `json:"interval,omitempty"`
 	Retries     *int32   `json:"retries,omitempty"`
 	StartPeriod *int32   `json:"startPeriod,omitempty"`
@@ -4991,19 +4991,19 @@ func (v *InstanceLaunchTemplateUpdate) Check(path string) *Violation {
 
 type InstanceRequirementsRequest struct {
 	AcceleratorCount                               *AcceleratorCountRequest          `json:"acceleratorCount,omitempty"`
-	AcceleratorManufacturers                       []string                          `json:"acceleratorManufacturers,omitempty"`
-	AcceleratorNames                               []string                          `json:"acceleratorNames,omitempty"`
+	AcceleratorManufacturers                       []string                          `json:"acceleratorManufacturers,omitzero"`
+	AcceleratorNames                               []string                          `json:"acceleratorNames,omitzero"`
 	AcceleratorTotalMemoryMiB                      *AcceleratorTotalMemoryMiBRequest `json:"acceleratorTotalMemoryMiB,omitempty"`
-	AcceleratorTypes                               []string                          `json:"acceleratorTypes,omitempty"`
-	AllowedInstanceTypes                           []string                          `json:"allowedInstanceTypes,omitempty"`
+	AcceleratorTypes                               []string                          `json:"acceleratorTypes,omitzero"`
+	AllowedInstanceTypes                           []string                          `json:"allowedInstanceTypes,omitzero"`
 	BareMetal                                      string                            `json:"bareMetal,omitempty"`
 	BaselineEbsBandwidthMbps                       *BaselineEbsBandwidthMbpsRequest  `json:"baselineEbsBandwidthMbps,omitempty"`
 	BurstablePerformance                           string                            `json:"burstablePerformance,omitempty"`
-	CpuManufacturers                               []string                          `json:"cpuManufacturers,omitempty"`
-	ExcludedInstanceTypes                          []string                          `json:"excludedInstanceTypes,omitempty"`
-	InstanceGenerations                            []string                          `json:"instanceGenerations,omitempty"`
+	CpuManufacturers                               []string                          `json:"cpuManufacturers,omitzero"`
+	ExcludedInstanceTypes                          []string                          `json:"excludedInstanceTypes,omitzero"`
+	InstanceGenerations                            []string                          `json:"instanceGenerations,omitzero"`
 	LocalStorage                                   string                            `json:"localStorage,omitempty"`
-	LocalStorageTypes                              []string                          `json:"localStorageTypes,omitempty"`
+	LocalStorageTypes                              []string                          `json:"localStorageTypes,omitzero"`
 	MaxSpotPriceAsPercentageOfOptimalOnDemandPrice *int32                            `json:"maxSpotPriceAsPercentageOfOptimalOnDemandPrice,omitempty"`
 	MemoryGiBPerVCpu                               *MemoryGiBPerVCpuRequest          `json:"memoryGiBPerVCpu,omitempty"`
 	MemoryMiB                                      *MemoryMiBRequest                 `json:"memoryMiB,omitempty"`
@@ -5113,8 +5113,8 @@ func (v *InstanceRequirementsRequest) Check(path string) *Violation {
 }
 
 type KernelCapabilities struct {
-	Add  []string `json:"add,omitempty"`
-	Drop []string `json:"drop,omitempty"`
+	Add  []string `json:"add,omitzero"`
+	Drop []string `json:"drop,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -5153,12 +5153,12 @@ func (v *LinearConfiguration) Check(path string) *Violation {
 
 type LinuxParameters struct {
 	Capabilities       *KernelCapabilities `json:"capabilities,omitempty"`
-	Devices            []Device            `json:"devices,omitempty"`
+	Devices            []Device            `json:"devices,omitzero"`
 	InitProcessEnabled *bool               `json:"initProcessEnabled,omitempty"`
 	MaxSwap            *int32              `json:"maxSwap,omitempty"`
 	SharedMemorySize   *int32              `json:"sharedMemorySize,omitempty"`
 	Swappiness         *int32              `json:"swappiness,omitempty"`
-	Tmpfs              []Tmpfs             `json:"tmpfs,omitempty"`
+	Tmpfs              []Tmpfs             `json:"tmpfs,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -5206,7 +5206,7 @@ func (v *ListAccountSettingsRequest) Check(path string) *Violation {
 
 type ListAccountSettingsResponse struct {
 	NextToken string    `json:"nextToken,omitempty"`
-	Settings  []Setting `json:"settings,omitempty"`
+	Settings  []Setting `json:"settings,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -5248,7 +5248,7 @@ func (v *ListAttributesRequest) Check(path string) *Violation {
 }
 
 type ListAttributesResponse struct {
-	Attributes []Attribute `json:"attributes,omitempty"`
+	Attributes []Attribute `json:"attributes,omitzero"`
 	NextToken  string      `json:"nextToken,omitempty"`
 }
 
@@ -5279,7 +5279,7 @@ func (v *ListClustersRequest) Check(path string) *Violation {
 }
 
 type ListClustersResponse struct {
-	ClusterArns []string `json:"clusterArns,omitempty"`
+	ClusterArns []string `json:"clusterArns,omitzero"`
 	NextToken   string   `json:"nextToken,omitempty"`
 }
 
@@ -5313,7 +5313,7 @@ func (v *ListContainerInstancesRequest) Check(path string) *Violation {
 }
 
 type ListContainerInstancesResponse struct {
-	ContainerInstanceArns []string `json:"containerInstanceArns,omitempty"`
+	ContainerInstanceArns []string `json:"containerInstanceArns,omitzero"`
 	NextToken             string   `json:"nextToken,omitempty"`
 }
 
@@ -5330,7 +5330,7 @@ type ListDaemonDeploymentsRequest struct {
 	DaemonArn  string     `json:"daemonArn,omitempty"`
 	MaxResults *int32     `json:"maxResults,omitempty"`
 	NextToken  string     `json:"nextToken,omitempty"`
-	Status     []string   `json:"status,omitempty"`
+	Status     []string   `json:"status,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -5353,7 +5353,7 @@ func (v *ListDaemonDeploymentsRequest) Check(path string) *Violation {
 }
 
 type ListDaemonDeploymentsResponse struct {
-	DaemonDeployments []DaemonDeploymentSummary `json:"daemonDeployments,omitempty"`
+	DaemonDeployments []DaemonDeploymentSummary `json:"daemonDeployments,omitzero"`
 	NextToken         string                    `json:"nextToken,omitempty"`
 }
 
@@ -5404,7 +5404,7 @@ func (v *ListDaemonTaskDefinitionsRequest) Check(path string) *Violation {
 }
 
 type ListDaemonTaskDefinitionsResponse struct {
-	DaemonTaskDefinitions []DaemonTaskDefinitionSummary `json:"daemonTaskDefinitions,omitempty"`
+	DaemonTaskDefinitions []DaemonTaskDefinitionSummary `json:"daemonTaskDefinitions,omitzero"`
 	NextToken             string                        `json:"nextToken,omitempty"`
 }
 
@@ -5422,7 +5422,7 @@ func (v *ListDaemonTaskDefinitionsResponse) Check(path string) *Violation {
 }
 
 type ListDaemonsRequest struct {
-	CapacityProviderArns []string `json:"capacityProviderArns,omitempty"`
+	CapacityProviderArns []string `json:"capacityProviderArns,omitzero"`
 	ClusterArn           string   `json:"clusterArn,omitempty"`
 	MaxResults           *int32   `json:"maxResults,omitempty"`
 	NextToken            string   `json:"nextToken,omitempty"`
@@ -5437,7 +5437,7 @@ func (v *ListDaemonsRequest) Check(path string) *Violation {
 }
 
 type ListDaemonsResponse struct {
-	DaemonSummariesList []DaemonSummary `json:"daemonSummariesList,omitempty"`
+	DaemonSummariesList []DaemonSummary `json:"daemonSummariesList,omitzero"`
 	NextToken           string          `json:"nextToken,omitempty"`
 }
 
@@ -5460,7 +5460,7 @@ type ListServiceDeploymentsRequest struct {
 	MaxResults *int32     `json:"maxResults,omitempty"`
 	NextToken  string     `json:"nextToken,omitempty"`
 	Service    string     `json:"service,omitempty"`
-	Status     []string   `json:"status,omitempty"`
+	Status     []string   `json:"status,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -5484,7 +5484,7 @@ func (v *ListServiceDeploymentsRequest) Check(path string) *Violation {
 
 type ListServiceDeploymentsResponse struct {
 	NextToken          string                   `json:"nextToken,omitempty"`
-	ServiceDeployments []ServiceDeploymentBrief `json:"serviceDeployments,omitempty"`
+	ServiceDeployments []ServiceDeploymentBrief `json:"serviceDeployments,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -5519,7 +5519,7 @@ func (v *ListServicesByNamespaceRequest) Check(path string) *Violation {
 
 type ListServicesByNamespaceResponse struct {
 	NextToken   string   `json:"nextToken,omitempty"`
-	ServiceArns []string `json:"serviceArns,omitempty"`
+	ServiceArns []string `json:"serviceArns,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -5564,7 +5564,7 @@ func (v *ListServicesRequest) Check(path string) *Violation {
 
 type ListServicesResponse struct {
 	NextToken   string   `json:"nextToken,omitempty"`
-	ServiceArns []string `json:"serviceArns,omitempty"`
+	ServiceArns []string `json:"serviceArns,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -5591,7 +5591,7 @@ func (v *ListTagsForResourceRequest) Check(path string) *Violation {
 }
 
 type ListTagsForResourceResponse struct {
-	Tags []Tag `json:"tags,omitempty"`
+	Tags []Tag `json:"tags,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -5633,7 +5633,7 @@ func (v *ListTaskDefinitionFamiliesRequest) Check(path string) *Violation {
 }
 
 type ListTaskDefinitionFamiliesResponse struct {
-	Families  []string `json:"families,omitempty"`
+	Families  []string `json:"families,omitzero"`
 	NextToken string   `json:"nextToken,omitempty"`
 }
 
@@ -5673,7 +5673,7 @@ func (v *ListTaskDefinitionsRequest) Check(path string) *Violation {
 
 type ListTaskDefinitionsResponse struct {
 	NextToken          string   `json:"nextToken,omitempty"`
-	TaskDefinitionArns []string `json:"taskDefinitionArns,omitempty"`
+	TaskDefinitionArns []string `json:"taskDefinitionArns,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -5717,7 +5717,7 @@ func (v *ListTasksRequest) Check(path string) *Violation {
 
 type ListTasksResponse struct {
 	NextToken string   `json:"nextToken,omitempty"`
-	TaskArns  []string `json:"taskArns,omitempty"`
+	TaskArns  []string `json:"taskArns,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -5749,8 +5749,8 @@ func (v *LoadBalancer) Check(path string) *Violation {
 
 type LogConfiguration struct {
 	LogDriver     string            `json:"logDriver,omitempty"`
-	Options       map[string]string `json:"options,omitempty"`
-	SecretOptions []Secret          `json:"secretOptions,omitempty"`
+	Options       map[string]string `json:"options,omitzero"`
+	SecretOptions []Secret          `json:"secretOptions,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -5882,7 +5882,7 @@ func (v *ManagedApplicationAutoScalingPolicy) Check(path string) *Violation {
 }
 
 type ManagedAutoScaling struct {
-	ApplicationAutoScalingPolicies []ManagedApplicationAutoScalingPolicy `json:"applicationAutoScalingPolicies,omitempty"`
+	ApplicationAutoScalingPolicies []ManagedApplicationAutoScalingPolicy `json:"applicationAutoScalingPolicies,omitzero"`
 	ScalableTarget                 *ManagedScalableTarget                `json:"scalableTarget,omitempty"`
 }
 
@@ -5938,9 +5938,9 @@ type ManagedIngressPath struct {
 	Endpoint                   string                 `json:"endpoint,omitempty"`
 	Listener                   *ManagedListener       `json:"listener,omitempty"`
 	LoadBalancer               *ManagedLoadBalancer   `json:"loadBalancer,omitempty"`
-	LoadBalancerSecurityGroups []ManagedSecurityGroup `json:"loadBalancerSecurityGroups,omitempty"`
+	LoadBalancerSecurityGroups []ManagedSecurityGroup `json:"loadBalancerSecurityGroups,omitzero"`
 	Rule                       *ManagedListenerRule   `json:"rule,omitempty"`
-	TargetGroups               []ManagedTargetGroup   `json:"targetGroups,omitempty"`
+	TargetGroups               []ManagedTargetGroup   `json:"targetGroups,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -5997,8 +5997,8 @@ func (v *ManagedInstancesLocalStorageConfiguration) Check(path string) *Violatio
 }
 
 type ManagedInstancesNetworkConfiguration struct {
-	SecurityGroups []string `json:"securityGroups,omitempty"`
-	Subnets        []string `json:"subnets,omitempty"`
+	SecurityGroups []string `json:"securityGroups,omitzero"`
+	Subnets        []string `json:"subnets,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -6111,10 +6111,10 @@ func (v *ManagedListenerRule) Check(path string) *Violation {
 type ManagedLoadBalancer struct {
 	Arn              string    `json:"arn,omitempty"`
 	Scheme           string    `json:"scheme,omitempty"`
-	SecurityGroupIds []string  `json:"securityGroupIds,omitempty"`
+	SecurityGroupIds []string  `json:"securityGroupIds,omitzero"`
 	Status           string    `json:"status,omitempty"`
 	StatusReason     string    `json:"statusReason,omitempty"`
-	SubnetIds        []string  `json:"subnetIds,omitempty"`
+	SubnetIds        []string  `json:"subnetIds,omitzero"`
 	UpdatedAt        Timestamp `json:"updatedAt,omitzero"`
 }
 
@@ -6571,7 +6571,7 @@ func (v *ProtectedTask) Check(path string) *Violation {
 
 type ProxyConfiguration struct {
 	ContainerName string         `json:"containerName,omitempty"`
-	Properties    []KeyValuePair `json:"properties,omitempty"`
+	Properties    []KeyValuePair `json:"properties,omitzero"`
 	Type          string         `json:"type,omitempty"`
 }
 
@@ -6676,7 +6676,7 @@ func (v *PutAccountSettingResponse) Check(path string) *Violation {
 }
 
 type PutAttributesRequest struct {
-	Attributes []Attribute `json:"attributes,omitempty"`
+	Attributes []Attribute `json:"attributes,omitzero"`
 	Cluster    string      `json:"cluster,omitempty"`
 }
 
@@ -6697,7 +6697,7 @@ func (v *PutAttributesRequest) Check(path string) *Violation {
 }
 
 type PutAttributesResponse struct {
-	Attributes []Attribute `json:"attributes,omitempty"`
+	Attributes []Attribute `json:"attributes,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -6714,9 +6714,9 @@ func (v *PutAttributesResponse) Check(path string) *Violation {
 }
 
 type PutClusterCapacityProvidersRequest struct {
-	CapacityProviders               []string                       `json:"capacityProviders,omitempty"`
+	CapacityProviders               []string                       `json:"capacityProviders,omitzero"`
 	Cluster                         string                         `json:"cluster,omitempty"`
-	DefaultCapacityProviderStrategy []CapacityProviderStrategyItem `json:"defaultCapacityProviderStrategy,omitempty"`
+	DefaultCapacityProviderStrategy []CapacityProviderStrategyItem `json:"defaultCapacityProviderStrategy,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -6757,14 +6757,14 @@ func (v *PutClusterCapacityProvidersResponse) Check(path string) *Violation {
 }
 
 type RegisterContainerInstanceRequest struct {
-	Attributes                        []Attribute      `json:"attributes,omitempty"`
+	Attributes                        []Attribute      `json:"attributes,omitzero"`
 	Cluster                           string           `json:"cluster,omitempty"`
 	ContainerInstanceArn              string           `json:"containerInstanceArn,omitempty"`
 	InstanceIdentityDocument          string           `json:"instanceIdentityDocument,omitempty"`
 	InstanceIdentityDocumentSignature string           `json:"instanceIdentityDocumentSignature,omitempty"`
-	PlatformDevices                   []PlatformDevice `json:"platformDevices,omitempty"`
-	Tags                              []Tag            `json:"tags,omitempty"`
-	TotalResources                    []Resource       `json:"totalResources,omitempty"`
+	PlatformDevices                   []PlatformDevice `json:"platformDevices,omitzero"`
+	Tags                              []Tag            `json:"tags,omitzero"`
+	TotalResources                    []Resource       `json:"totalResources,omitzero"`
 	VersionInfo                       *VersionInfo     `json:"versionInfo,omitempty"`
 }
 
@@ -6820,16 +6820,16 @@ func (v *RegisterContainerInstanceResponse) Check(path string) *Violation {
 }
 
 type RegisterDaemonTaskDefinitionRequest struct {
-	ContainerDefinitions []DaemonContainerDefinition `json:"containerDefinitions,omitempty"`
+	ContainerDefinitions []DaemonContainerDefinition `json:"containerDefinitions,omitzero"`
 	Cpu                  string                      `json:"cpu,omitempty"`
 	ExecutionRoleArn     string                      `json:"executionRoleArn,omitempty"`
 	Family               string                      `json:"family,omitempty"`
 	IpcMode              string                      `json:"ipcMode,omitempty"`
 	Memory               string                      `json:"memory,omitempty"`
 	PidMode              string                      `json:"pidMode,omitempty"`
-	Tags                 []Tag                       `json:"tags,omitempty"`
+	Tags                 []Tag                       `json:"tags,omitzero"`
 	TaskRoleArn          string                      `json:"taskRoleArn,omitempty"`
-	Volumes              []DaemonVolume              `json:"volumes,omitempty"`
+	Volumes              []DaemonVolume              `json:"volumes,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -6889,25 +6889,25 @@ func (v *RegisterDaemonTaskDefinitionResponse) Check(path string) *Violation {
 }
 
 type RegisterTaskDefinitionRequest struct {
-	ContainerDefinitions          []ContainerDefinition               `json:"containerDefinitions,omitempty"`
+	ContainerDefinitions          []ContainerDefinition               `json:"containerDefinitions,omitzero"`
 	Cpu                           string                              `json:"cpu,omitempty"`
 	EnableFaultInjection          *bool                               `json:"enableFaultInjection,omitempty"`
 	EphemeralStorage              *EphemeralStorage                   `json:"ephemeralStorage,omitempty"`
 	ExecutionRoleArn              string                              `json:"executionRoleArn,omitempty"`
 	Family                        string                              `json:"family,omitempty"`
-	InferenceAccelerators         []InferenceAccelerator              `json:"inferenceAccelerators,omitempty"`
+	InferenceAccelerators         []InferenceAccelerator              `json:"inferenceAccelerators,omitzero"`
 	IpcMode                       string                              `json:"ipcMode,omitempty"`
 	Memory                        string                              `json:"memory,omitempty"`
 	NetworkMode                   string                              `json:"networkMode,omitempty"`
 	PidMode                       string                              `json:"pidMode,omitempty"`
-	PlacementConstraints          []TaskDefinitionPlacementConstraint `json:"placementConstraints,omitempty"`
+	PlacementConstraints          []TaskDefinitionPlacementConstraint `json:"placementConstraints,omitzero"`
 	ProxyConfiguration            *ProxyConfiguration                 `json:"proxyConfiguration,omitempty"`
-	RequiresCompatibilities       []string                            `json:"requiresCompatibilities,omitempty"`
+	RequiresCompatibilities       []string                            `json:"requiresCompatibilities,omitzero"`
 	RuntimePlatform               *RuntimePlatform                    `json:"runtimePlatform,omitempty"`
-	Tags                          []Tag                               `json:"tags,omitempty"`
+	Tags                          []Tag                               `json:"tags,omitzero"`
 	TaskRoleArn                   string                              `json:"taskRoleArn,omitempty"`
 	TrustedExecutionConfiguration *TrustedExecutionConfiguration      `json:"trustedExecutionConfiguration,omitempty"`
-	Volumes                       []Volume                            `json:"volumes,omitempty"`
+	Volumes                       []Volume                            `json:"volumes,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -6987,7 +6987,7 @@ func (v *RegisterTaskDefinitionRequest) Check(path string) *Violation {
 }
 
 type RegisterTaskDefinitionResponse struct {
-	Tags           []Tag           `json:"tags,omitempty"`
+	Tags           []Tag           `json:"tags,omitzero"`
 	TaskDefinition *TaskDefinition `json:"taskDefinition,omitempty"`
 }
 
@@ -7028,7 +7028,7 @@ func (v *RepositoryCredentials) Check(path string) *Violation {
 }
 
 type ResolvedConfiguration struct {
-	LoadBalancers []ServiceRevisionLoadBalancer `json:"loadBalancers,omitempty"`
+	LoadBalancers []ServiceRevisionLoadBalancer `json:"loadBalancers,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -7049,7 +7049,7 @@ type Resource struct {
 	IntegerValue   *int32   `json:"integerValue,omitempty"`
 	LongValue      *int64   `json:"longValue,omitempty"`
 	Name           string   `json:"name,omitempty"`
-	StringSetValue []string `json:"stringSetValue,omitempty"`
+	StringSetValue []string `json:"stringSetValue,omitzero"`
 	Type           string   `json:"type,omitempty"`
 }
 
@@ -7100,7 +7100,7 @@ func (v *Rollback) Check(path string) *Violation {
 }
 
 type RunTaskRequest struct {
-	CapacityProviderStrategy []CapacityProviderStrategyItem `json:"capacityProviderStrategy,omitempty"`
+	CapacityProviderStrategy []CapacityProviderStrategyItem `json:"capacityProviderStrategy,omitzero"`
 	ClientToken              string                         `json:"clientToken,omitempty"`
 	Cluster                  string                         `json:"cluster,omitempty"`
 	Count                    *int32                         `json:"count,omitempty"`
@@ -7110,15 +7110,15 @@ type RunTaskRequest struct {
 	LaunchType               string                         `json:"launchType,omitempty"`
 	NetworkConfiguration     *NetworkConfiguration          `json:"networkConfiguration,omitempty"`
 	Overrides                *TaskOverride                  `json:"overrides,omitempty"`
-	PlacementConstraints     []PlacementConstraint          `json:"placementConstraints,omitempty"`
-	PlacementStrategy        []PlacementStrategy            `json:"placementStrategy,omitempty"`
+	PlacementConstraints     []PlacementConstraint          `json:"placementConstraints,omitzero"`
+	PlacementStrategy        []PlacementStrategy            `json:"placementStrategy,omitzero"`
 	PlatformVersion          string                         `json:"platformVersion,omitempty"`
 	PropagateTags            string                         `json:"propagateTags,omitempty"`
 	ReferenceId              string                         `json:"referenceId,omitempty"`
 	StartedBy                string                         `json:"startedBy,omitempty"`
-	Tags                     []Tag                          `json:"tags,omitempty"`
+	Tags                     []Tag                          `json:"tags,omitzero"`
 	TaskDefinition           string                         `json:"taskDefinition,omitempty"`
-	VolumeConfigurations     []TaskVolumeConfiguration      `json:"volumeConfigurations,omitempty"`
+	VolumeConfigurations     []TaskVolumeConfiguration      `json:"volumeConfigurations,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -7179,8 +7179,8 @@ func (v *RunTaskRequest) Check(path string) *Violation {
 }
 
 type RunTaskResponse struct {
-	Failures []Failure `json:"failures,omitempty"`
-	Tasks    []Task    `json:"tasks,omitempty"`
+	Failures []Failure `json:"failures,omitzero"`
+	Tasks    []Task    `json:"tasks,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -7281,26 +7281,26 @@ func (v *Secret) Check(path string) *Violation {
 
 type Service struct {
 	AvailabilityZoneRebalancing   string                          `json:"availabilityZoneRebalancing,omitempty"`
-	CapacityProviderStrategy      []CapacityProviderStrategyItem  `json:"capacityProviderStrategy,omitempty"`
+	CapacityProviderStrategy      []CapacityProviderStrategyItem  `json:"capacityProviderStrategy,omitzero"`
 	ClusterArn                    string                          `json:"clusterArn,omitempty"`
 	CreatedAt                     Timestamp                       `json:"createdAt,omitzero"`
 	CreatedBy                     string                          `json:"createdBy,omitempty"`
 	CurrentServiceDeployment      string                          `json:"currentServiceDeployment,omitempty"`
-	CurrentServiceRevisions       []ServiceCurrentRevisionSummary `json:"currentServiceRevisions,omitempty"`
+	CurrentServiceRevisions       []ServiceCurrentRevisionSummary `json:"currentServiceRevisions,omitzero"`
 	DeploymentConfiguration       *DeploymentConfiguration        `json:"deploymentConfiguration,omitempty"`
 	DeploymentController          *DeploymentController           `json:"deploymentController,omitempty"`
-	Deployments                   []Deployment                    `json:"deployments,omitempty"`
+	Deployments                   []Deployment                    `json:"deployments,omitzero"`
 	DesiredCount                  *int32                          `json:"desiredCount,omitempty"`
 	EnableECSManagedTags          *bool                           `json:"enableECSManagedTags,omitempty"`
 	EnableExecuteCommand          *bool                           `json:"enableExecuteCommand,omitempty"`
-	Events                        []ServiceEvent                  `json:"events,omitempty"`
+	Events                        []ServiceEvent                  `json:"events,omitzero"`
 	HealthCheckGracePeriodSeconds *int32                          `json:"healthCheckGracePeriodSeconds,omitempty"`
 	LaunchType                    string                          `json:"launchType,omitempty"`
-	LoadBalancers                 []LoadBalancer                  `json:"loadBalancers,omitempty"`
+	LoadBalancers                 []LoadBalancer                  `json:"loadBalancers,omitzero"`
 	NetworkConfiguration          *NetworkConfiguration           `json:"networkConfiguration,omitempty"`
 	PendingCount                  *int32                          `json:"pendingCount,omitempty"`
-	PlacementConstraints          []PlacementConstraint           `json:"placementConstraints,omitempty"`
-	PlacementStrategy             []PlacementStrategy             `json:"placementStrategy,omitempty"`
+	PlacementConstraints          []PlacementConstraint           `json:"placementConstraints,omitzero"`
+	PlacementStrategy             []PlacementStrategy             `json:"placementStrategy,omitzero"`
 	PlatformFamily                string                          `json:"platformFamily,omitempty"`
 	PlatformVersion               string                          `json:"platformVersion,omitempty"`
 	PropagateTags                 string                          `json:"propagateTags,omitempty"`
@@ -7310,11 +7310,11 @@ type Service struct {
 	SchedulingStrategy            string                          `json:"schedulingStrategy,omitempty"`
 	ServiceArn                    string                          `json:"serviceArn,omitempty"`
 	ServiceName                   string                          `json:"serviceName,omitempty"`
-	ServiceRegistries             []ServiceRegistry               `json:"serviceRegistries,omitempty"`
+	ServiceRegistries             []ServiceRegistry               `json:"serviceRegistries,omitzero"`
 	Status                        string                          `json:"status,omitempty"`
-	Tags                          []Tag                           `json:"tags,omitempty"`
+	Tags                          []Tag                           `json:"tags,omitzero"`
 	TaskDefinition                string                          `json:"taskDefinition,omitempty"`
-	TaskSets                      []TaskSet                       `json:"taskSets,omitempty"`
+	TaskSets                      []TaskSet                       `json:"taskSets,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -7470,7 +7470,7 @@ type ServiceConnectConfiguration struct {
 	Enabled                *bool                                 `json:"enabled,omitempty"`
 	LogConfiguration       *LogConfiguration                     `json:"logConfiguration,omitempty"`
 	Namespace              string                                `json:"namespace,omitempty"`
-	Services               []ServiceConnectService               `json:"services,omitempty"`
+	Services               []ServiceConnectService               `json:"services,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -7496,7 +7496,7 @@ func (v *ServiceConnectConfiguration) Check(path string) *Violation {
 }
 
 type ServiceConnectService struct {
-	ClientAliases       []ServiceConnectClientAlias     `json:"clientAliases,omitempty"`
+	ClientAliases       []ServiceConnectClientAlias     `json:"clientAliases,omitzero"`
 	DiscoveryName       string                          `json:"discoveryName,omitempty"`
 	IngressPortOverride *int32                          `json:"ingressPortOverride,omitempty"`
 	PortName            string                          `json:"portName,omitempty"`
@@ -7650,12 +7650,12 @@ type ServiceDeployment struct {
 	DeploymentCircuitBreaker *ServiceDeploymentCircuitBreaker `json:"deploymentCircuitBreaker,omitempty"`
 	DeploymentConfiguration  *DeploymentConfiguration         `json:"deploymentConfiguration,omitempty"`
 	FinishedAt               Timestamp                        `json:"finishedAt,omitzero"`
-	LifecycleHookDetails     []DeploymentLifecycleHookDetail  `json:"lifecycleHookDetails,omitempty"`
+	LifecycleHookDetails     []DeploymentLifecycleHookDetail  `json:"lifecycleHookDetails,omitzero"`
 	LifecycleStage           string                           `json:"lifecycleStage,omitempty"`
 	Rollback                 *Rollback                        `json:"rollback,omitempty"`
 	ServiceArn               string                           `json:"serviceArn,omitempty"`
 	ServiceDeploymentArn     string                           `json:"serviceDeploymentArn,omitempty"`
-	SourceServiceRevisions   []ServiceRevisionSummary         `json:"sourceServiceRevisions,omitempty"`
+	SourceServiceRevisions   []ServiceRevisionSummary         `json:"sourceServiceRevisions,omitzero"`
 	StartedAt                Timestamp                        `json:"startedAt,omitzero"`
 	Status                   string                           `json:"status,omitempty"`
 	StatusReason             string                           `json:"statusReason,omitempty"`
@@ -7708,9 +7708,9 @@ func (v *ServiceDeployment) Check(path string) *Violation {
 }
 
 type ServiceDeploymentAlarms struct {
-	AlarmNames          []string `json:"alarmNames,omitempty"`
+	AlarmNames          []string `json:"alarmNames,omitzero"`
 	Status              string   `json:"status,omitempty"`
-	TriggeredAlarmNames []string `json:"triggeredAlarmNames,omitempty"`
+	TriggeredAlarmNames []string `json:"triggeredAlarmNames,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -7792,7 +7792,7 @@ type ServiceManagedEBSVolumeConfiguration struct {
 	RoleArn                  string                `json:"roleArn,omitempty"`
 	SizeInGiB                *int32                `json:"sizeInGiB,omitempty"`
 	SnapshotId               string                `json:"snapshotId,omitempty"`
-	TagSpecifications        []EBSTagSpecification `json:"tagSpecifications,omitempty"`
+	TagSpecifications        []EBSTagSpecification `json:"tagSpecifications,omitzero"`
 	Throughput               *int32                `json:"throughput,omitempty"`
 	VolumeInitializationRate *int32                `json:"volumeInitializationRate,omitempty"`
 	VolumeType               string                `json:"volumeType,omitempty"`
@@ -7835,26 +7835,26 @@ func (v *ServiceRegistry) Check(path string) *Violation {
 }
 
 type ServiceRevision struct {
-	CapacityProviderStrategy    []CapacityProviderStrategyItem `json:"capacityProviderStrategy,omitempty"`
+	CapacityProviderStrategy    []CapacityProviderStrategyItem `json:"capacityProviderStrategy,omitzero"`
 	ClusterArn                  string                         `json:"clusterArn,omitempty"`
-	ContainerImages             []ContainerImage               `json:"containerImages,omitempty"`
+	ContainerImages             []ContainerImage               `json:"containerImages,omitzero"`
 	CreatedAt                   Timestamp                      `json:"createdAt,omitzero"`
 	EcsManagedResources         *ECSManagedResources           `json:"ecsManagedResources,omitempty"`
 	FargateEphemeralStorage     *DeploymentEphemeralStorage    `json:"fargateEphemeralStorage,omitempty"`
 	GuardDutyEnabled            *bool                          `json:"guardDutyEnabled,omitempty"`
 	LaunchType                  string                         `json:"launchType,omitempty"`
-	LoadBalancers               []LoadBalancer                 `json:"loadBalancers,omitempty"`
+	LoadBalancers               []LoadBalancer                 `json:"loadBalancers,omitzero"`
 	NetworkConfiguration        *NetworkConfiguration          `json:"networkConfiguration,omitempty"`
 	PlatformFamily              string                         `json:"platformFamily,omitempty"`
 	PlatformVersion             string                         `json:"platformVersion,omitempty"`
 	ResolvedConfiguration       *ResolvedConfiguration         `json:"resolvedConfiguration,omitempty"`
 	ServiceArn                  string                         `json:"serviceArn,omitempty"`
 	ServiceConnectConfiguration *ServiceConnectConfiguration   `json:"serviceConnectConfiguration,omitempty"`
-	ServiceRegistries           []ServiceRegistry              `json:"serviceRegistries,omitempty"`
+	ServiceRegistries           []ServiceRegistry              `json:"serviceRegistries,omitzero"`
 	ServiceRevisionArn          string                         `json:"serviceRevisionArn,omitempty"`
 	TaskDefinition              string                         `json:"taskDefinition,omitempty"`
-	VolumeConfigurations        []ServiceVolumeConfiguration   `json:"volumeConfigurations,omitempty"`
-	VpcLatticeConfigurations    []VpcLatticeConfiguration      `json:"vpcLatticeConfigurations,omitempty"`
+	VolumeConfigurations        []ServiceVolumeConfiguration   `json:"volumeConfigurations,omitzero"`
+	VpcLatticeConfigurations    []VpcLatticeConfiguration      `json:"vpcLatticeConfigurations,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -8005,7 +8005,7 @@ func (v *Setting) Check(path string) *Violation {
 
 type StartTaskRequest struct {
 	Cluster              string                    `json:"cluster,omitempty"`
-	ContainerInstances   []string                  `json:"containerInstances,omitempty"`
+	ContainerInstances   []string                  `json:"containerInstances,omitzero"`
 	EnableECSManagedTags *bool                     `json:"enableECSManagedTags,omitempty"`
 	EnableExecuteCommand *bool                     `json:"enableExecuteCommand,omitempty"`
 	Group                string                    `json:"group,omitempty"`
@@ -8014,9 +8014,9 @@ type StartTaskRequest struct {
 	PropagateTags        string                    `json:"propagateTags,omitempty"`
 	ReferenceId          string                    `json:"referenceId,omitempty"`
 	StartedBy            string                    `json:"startedBy,omitempty"`
-	Tags                 []Tag                     `json:"tags,omitempty"`
+	Tags                 []Tag                     `json:"tags,omitzero"`
 	TaskDefinition       string                    `json:"taskDefinition,omitempty"`
-	VolumeConfigurations []TaskVolumeConfiguration `json:"volumeConfigurations,omitempty"`
+	VolumeConfigurations []TaskVolumeConfiguration `json:"volumeConfigurations,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -8060,8 +8060,8 @@ func (v *StartTaskRequest) Check(path string) *Violation {
 }
 
 type StartTaskResponse struct {
-	Failures []Failure `json:"failures,omitempty"`
-	Tasks    []Task    `json:"tasks,omitempty"`
+	Failures []Failure `json:"failures,omitzero"`
+	Tasks    []Task    `json:"tasks,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -8148,7 +8148,7 @@ func (v *StopTaskResponse) Check(path string) *Violation {
 }
 
 type SubmitAttachmentStateChangesRequest struct {
-	Attachments []AttachmentStateChange `json:"attachments,omitempty"`
+	Attachments []AttachmentStateChange `json:"attachments,omitzero"`
 	Cluster     string                  `json:"cluster,omitempty"`
 }
 
@@ -8184,7 +8184,7 @@ type SubmitContainerStateChangeRequest struct {
 	Cluster         string           `json:"cluster,omitempty"`
 	ContainerName   string           `json:"containerName,omitempty"`
 	ExitCode        *int32           `json:"exitCode,omitempty"`
-	NetworkBindings []NetworkBinding `json:"networkBindings,omitempty"`
+	NetworkBindings []NetworkBinding `json:"networkBindings,omitzero"`
 	Reason          string           `json:"reason,omitempty"`
 	RuntimeId       string           `json:"runtimeId,omitempty"`
 	Status          string           `json:"status,omitempty"`
@@ -8217,11 +8217,11 @@ func (v *SubmitContainerStateChangeResponse) Check(path string) *Violation {
 }
 
 type SubmitTaskStateChangeRequest struct {
-	Attachments        []AttachmentStateChange   `json:"attachments,omitempty"`
+	Attachments        []AttachmentStateChange   `json:"attachments,omitzero"`
 	Cluster            string                    `json:"cluster,omitempty"`
-	Containers         []ContainerStateChange    `json:"containers,omitempty"`
+	Containers         []ContainerStateChange    `json:"containers,omitzero"`
 	ExecutionStoppedAt Timestamp                 `json:"executionStoppedAt,omitzero"`
-	ManagedAgents      []ManagedAgentStateChange `json:"managedAgents,omitempty"`
+	ManagedAgents      []ManagedAgentStateChange `json:"managedAgents,omitzero"`
 	PullStartedAt      Timestamp                 `json:"pullStartedAt,omitzero"`
 	PullStoppedAt      Timestamp                 `json:"pullStoppedAt,omitzero"`
 	Reason             string                    `json:"reason,omitempty"`
@@ -8302,7 +8302,7 @@ func (v *Tag) Check(path string) *Violation {
 
 type TagResourceRequest struct {
 	ResourceArn string `json:"resourceArn,omitempty"`
-	Tags        []Tag  `json:"tags,omitempty"`
+	Tags        []Tag  `json:"tags,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -8341,15 +8341,15 @@ func (v *TagResourceResponse) Check(path string) *Violation {
 }
 
 type Task struct {
-	Attachments             []Attachment           `json:"attachments,omitempty"`
-	Attributes              []Attribute            `json:"attributes,omitempty"`
+	Attachments             []Attachment           `json:"attachments,omitzero"`
+	Attributes              []Attribute            `json:"attributes,omitzero"`
 	AvailabilityZone        string                 `json:"availabilityZone,omitempty"`
 	CapacityProviderName    string                 `json:"capacityProviderName,omitempty"`
 	ClusterArn              string                 `json:"clusterArn,omitempty"`
 	Connectivity            string                 `json:"connectivity,omitempty"`
 	ConnectivityAt          Timestamp              `json:"connectivityAt,omitzero"`
 	ContainerInstanceArn    string                 `json:"containerInstanceArn,omitempty"`
-	Containers              []Container            `json:"containers,omitempty"`
+	Containers              []Container            `json:"containers,omitzero"`
 	Cpu                     string                 `json:"cpu,omitempty"`
 	CreatedAt               Timestamp              `json:"createdAt,omitzero"`
 	DesiredStatus           string                 `json:"desiredStatus,omitempty"`
@@ -8359,7 +8359,7 @@ type Task struct {
 	FargateEphemeralStorage *TaskEphemeralStorage  `json:"fargateEphemeralStorage,omitempty"`
 	Group                   string                 `json:"group,omitempty"`
 	HealthStatus            string                 `json:"healthStatus,omitempty"`
-	InferenceAccelerators   []InferenceAccelerator `json:"inferenceAccelerators,omitempty"`
+	InferenceAccelerators   []InferenceAccelerator `json:"inferenceAccelerators,omitzero"`
 	LastStatus              string                 `json:"lastStatus,omitempty"`
 	LaunchType              string                 `json:"launchType,omitempty"`
 	Memory                  string                 `json:"memory,omitempty"`
@@ -8374,7 +8374,7 @@ type Task struct {
 	StoppedAt               Timestamp              `json:"stoppedAt,omitzero"`
 	StoppedReason           string                 `json:"stoppedReason,omitempty"`
 	StoppingAt              Timestamp              `json:"stoppingAt,omitzero"`
-	Tags                    []Tag                  `json:"tags,omitempty"`
+	Tags                    []Tag                  `json:"tags,omitzero"`
 	TaskArn                 string                 `json:"taskArn,omitempty"`
 	TaskDefinitionArn       string                 `json:"taskDefinitionArn,omitempty"`
 	Version                 *int64                 `json:"version,omitempty"`
@@ -8448,8 +8448,8 @@ func (v *Task) Check(path string) *Violation {
 }
 
 type TaskDefinition struct {
-	Compatibilities               []string                            `json:"compatibilities,omitempty"`
-	ContainerDefinitions          []ContainerDefinition               `json:"containerDefinitions,omitempty"`
+	Compatibilities               []string                            `json:"compatibilities,omitzero"`
+	ContainerDefinitions          []ContainerDefinition               `json:"containerDefinitions,omitzero"`
 	Cpu                           string                              `json:"cpu,omitempty"`
 	DeleteRequestedAt             Timestamp                           `json:"deleteRequestedAt,omitzero"`
 	DeregisteredAt                Timestamp                           `json:"deregisteredAt,omitzero"`
@@ -8457,24 +8457,24 @@ type TaskDefinition struct {
 	EphemeralStorage              *EphemeralStorage                   `json:"ephemeralStorage,omitempty"`
 	ExecutionRoleArn              string                              `json:"executionRoleArn,omitempty"`
 	Family                        string                              `json:"family,omitempty"`
-	InferenceAccelerators         []InferenceAccelerator              `json:"inferenceAccelerators,omitempty"`
+	InferenceAccelerators         []InferenceAccelerator              `json:"inferenceAccelerators,omitzero"`
 	IpcMode                       string                              `json:"ipcMode,omitempty"`
 	Memory                        string                              `json:"memory,omitempty"`
 	NetworkMode                   string                              `json:"networkMode,omitempty"`
 	PidMode                       string                              `json:"pidMode,omitempty"`
-	PlacementConstraints          []TaskDefinitionPlacementConstraint `json:"placementConstraints,omitempty"`
+	PlacementConstraints          []TaskDefinitionPlacementConstraint `json:"placementConstraints,omitzero"`
 	ProxyConfiguration            *ProxyConfiguration                 `json:"proxyConfiguration,omitempty"`
 	RegisteredAt                  Timestamp                           `json:"registeredAt,omitzero"`
 	RegisteredBy                  string                              `json:"registeredBy,omitempty"`
-	RequiresAttributes            []Attribute                         `json:"requiresAttributes,omitempty"`
-	RequiresCompatibilities       []string                            `json:"requiresCompatibilities,omitempty"`
+	RequiresAttributes            []Attribute                         `json:"requiresAttributes,omitzero"`
+	RequiresCompatibilities       []string                            `json:"requiresCompatibilities,omitzero"`
 	Revision                      *int32                              `json:"revision,omitempty"`
 	RuntimePlatform               *RuntimePlatform                    `json:"runtimePlatform,omitempty"`
 	Status                        string                              `json:"status,omitempty"`
 	TaskDefinitionArn             string                              `json:"taskDefinitionArn,omitempty"`
 	TaskRoleArn                   string                              `json:"taskRoleArn,omitempty"`
 	TrustedExecutionConfiguration *TrustedExecutionConfiguration      `json:"trustedExecutionConfiguration,omitempty"`
-	Volumes                       []Volume                            `json:"volumes,omitempty"`
+	Volumes                       []Volume                            `json:"volumes,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -8591,7 +8591,7 @@ type TaskManagedEBSVolumeConfiguration struct {
 	RoleArn                  string                                 `json:"roleArn,omitempty"`
 	SizeInGiB                *int32                                 `json:"sizeInGiB,omitempty"`
 	SnapshotId               string                                 `json:"snapshotId,omitempty"`
-	TagSpecifications        []EBSTagSpecification                  `json:"tagSpecifications,omitempty"`
+	TagSpecifications        []EBSTagSpecification                  `json:"tagSpecifications,omitzero"`
 	TerminationPolicy        *TaskManagedEBSVolumeTerminationPolicy `json:"terminationPolicy,omitempty"`
 	Throughput               *int32                                 `json:"throughput,omitempty"`
 	VolumeInitializationRate *int32                                 `json:"volumeInitializationRate,omitempty"`
@@ -8638,11 +8638,11 @@ func (v *TaskManagedEBSVolumeTerminationPolicy) Check(path string) *Violation {
 }
 
 type TaskOverride struct {
-	ContainerOverrides            []ContainerOverride            `json:"containerOverrides,omitempty"`
+	ContainerOverrides            []ContainerOverride            `json:"containerOverrides,omitzero"`
 	Cpu                           string                         `json:"cpu,omitempty"`
 	EphemeralStorage              *EphemeralStorage              `json:"ephemeralStorage,omitempty"`
 	ExecutionRoleArn              string                         `json:"executionRoleArn,omitempty"`
-	InferenceAcceleratorOverrides []InferenceAcceleratorOverride `json:"inferenceAcceleratorOverrides,omitempty"`
+	InferenceAcceleratorOverrides []InferenceAcceleratorOverride `json:"inferenceAcceleratorOverrides,omitzero"`
 	Memory                        string                         `json:"memory,omitempty"`
 	TaskRoleArn                   string                         `json:"taskRoleArn,omitempty"`
 }
@@ -8669,7 +8669,7 @@ func (v *TaskOverride) Check(path string) *Violation {
 }
 
 type TaskSet struct {
-	CapacityProviderStrategy []CapacityProviderStrategyItem `json:"capacityProviderStrategy,omitempty"`
+	CapacityProviderStrategy []CapacityProviderStrategyItem `json:"capacityProviderStrategy,omitzero"`
 	ClusterArn               string                         `json:"clusterArn,omitempty"`
 	ComputedDesiredCount     *int32                         `json:"computedDesiredCount,omitempty"`
 	CreatedAt                Timestamp                      `json:"createdAt,omitzero"`
@@ -8677,7 +8677,7 @@ type TaskSet struct {
 	FargateEphemeralStorage  *DeploymentEphemeralStorage    `json:"fargateEphemeralStorage,omitempty"`
 	Id                       string                         `json:"id,omitempty"`
 	LaunchType               string                         `json:"launchType,omitempty"`
-	LoadBalancers            []LoadBalancer                 `json:"loadBalancers,omitempty"`
+	LoadBalancers            []LoadBalancer                 `json:"loadBalancers,omitzero"`
 	NetworkConfiguration     *NetworkConfiguration          `json:"networkConfiguration,omitempty"`
 	PendingCount             *int32                         `json:"pendingCount,omitempty"`
 	PlatformFamily           string                         `json:"platformFamily,omitempty"`
@@ -8685,12 +8685,12 @@ type TaskSet struct {
 	RunningCount             *int32                         `json:"runningCount,omitempty"`
 	Scale                    *Scale                         `json:"scale,omitempty"`
 	ServiceArn               string                         `json:"serviceArn,omitempty"`
-	ServiceRegistries        []ServiceRegistry              `json:"serviceRegistries,omitempty"`
+	ServiceRegistries        []ServiceRegistry              `json:"serviceRegistries,omitzero"`
 	StabilityStatus          string                         `json:"stabilityStatus,omitempty"`
 	StabilityStatusAt        Timestamp                      `json:"stabilityStatusAt,omitzero"`
 	StartedBy                string                         `json:"startedBy,omitempty"`
 	Status                   string                         `json:"status,omitempty"`
-	Tags                     []Tag                          `json:"tags,omitempty"`
+	Tags                     []Tag                          `json:"tags,omitzero"`
 	TaskDefinition           string                         `json:"taskDefinition,omitempty"`
 	TaskSetArn               string                         `json:"taskSetArn,omitempty"`
 	UpdatedAt                Timestamp                      `json:"updatedAt,omitzero"`
@@ -8792,7 +8792,7 @@ func (v *TimeoutConfiguration) Check(path string) *Violation {
 
 type Tmpfs struct {
 	ContainerPath string   `json:"containerPath,omitempty"`
-	MountOptions  []string `json:"mountOptions,omitempty"`
+	MountOptions  []string `json:"mountOptions,omitzero"`
 	Size          *int32   `json:"size,omitempty"`
 }
 
@@ -8866,7 +8866,7 @@ func (v *Ulimit) Check(path string) *Violation {
 
 type UntagResourceRequest struct {
 	ResourceArn string   `json:"resourceArn,omitempty"`
-	TagKeys     []string `json:"tagKeys,omitempty"`
+	TagKeys     []string `json:"tagKeys,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -8937,7 +8937,7 @@ type UpdateClusterRequest struct {
 	Cluster                string                                `json:"cluster,omitempty"`
 	Configuration          *ClusterConfiguration                 `json:"configuration,omitempty"`
 	ServiceConnectDefaults *ClusterServiceConnectDefaultsRequest `json:"serviceConnectDefaults,omitempty"`
-	Settings               []ClusterSetting                      `json:"settings,omitempty"`
+	Settings               []ClusterSetting                      `json:"settings,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -8979,7 +8979,7 @@ func (v *UpdateClusterResponse) Check(path string) *Violation {
 
 type UpdateClusterSettingsRequest struct {
 	Cluster  string           `json:"cluster,omitempty"`
-	Settings []ClusterSetting `json:"settings,omitempty"`
+	Settings []ClusterSetting `json:"settings,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -9049,7 +9049,7 @@ func (v *UpdateContainerAgentResponse) Check(path string) *Violation {
 
 type UpdateContainerInstancesStateRequest struct {
 	Cluster            string   `json:"cluster,omitempty"`
-	ContainerInstances []string `json:"containerInstances,omitempty"`
+	ContainerInstances []string `json:"containerInstances,omitzero"`
 	Status             string   `json:"status,omitempty"`
 }
 
@@ -9073,8 +9073,8 @@ func (v *UpdateContainerInstancesStateRequest) Check(path string) *Violation {
 }
 
 type UpdateContainerInstancesStateResponse struct {
-	ContainerInstances []ContainerInstance `json:"containerInstances,omitempty"`
-	Failures           []Failure           `json:"failures,omitempty"`
+	ContainerInstances []ContainerInstance `json:"containerInstances,omitzero"`
+	Failures           []Failure           `json:"failures,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -9096,7 +9096,7 @@ func (v *UpdateContainerInstancesStateResponse) Check(path string) *Violation {
 }
 
 type UpdateDaemonRequest struct {
-	CapacityProviderArns    []string                       `json:"capacityProviderArns,omitempty"`
+	CapacityProviderArns    []string                       `json:"capacityProviderArns,omitzero"`
 	Critical                *bool                          `json:"critical,omitempty"`
 	DaemonArn               string                         `json:"daemonArn,omitempty"`
 	DaemonTaskDefinitionArn string                         `json:"daemonTaskDefinitionArn,omitempty"`
@@ -9275,7 +9275,7 @@ func (v *UpdateServicePrimaryTaskSetResponse) Check(path string) *Violation {
 
 type UpdateServiceRequest struct {
 	AvailabilityZoneRebalancing   string                         `json:"availabilityZoneRebalancing,omitempty"`
-	CapacityProviderStrategy      []CapacityProviderStrategyItem `json:"capacityProviderStrategy,omitempty"`
+	CapacityProviderStrategy      []CapacityProviderStrategyItem `json:"capacityProviderStrategy,omitzero"`
 	Cluster                       string                         `json:"cluster,omitempty"`
 	DeploymentConfiguration       *DeploymentConfiguration       `json:"deploymentConfiguration,omitempty"`
 	DeploymentController          *DeploymentController          `json:"deploymentController,omitempty"`
@@ -9284,18 +9284,18 @@ type UpdateServiceRequest struct {
 	EnableExecuteCommand          *bool                          `json:"enableExecuteCommand,omitempty"`
 	ForceNewDeployment            *bool                          `json:"forceNewDeployment,omitempty"`
 	HealthCheckGracePeriodSeconds *int32                         `json:"healthCheckGracePeriodSeconds,omitempty"`
-	LoadBalancers                 []LoadBalancer                 `json:"loadBalancers,omitempty"`
+	LoadBalancers                 []LoadBalancer                 `json:"loadBalancers,omitzero"`
 	NetworkConfiguration          *NetworkConfiguration          `json:"networkConfiguration,omitempty"`
-	PlacementConstraints          []PlacementConstraint          `json:"placementConstraints,omitempty"`
-	PlacementStrategy             []PlacementStrategy            `json:"placementStrategy,omitempty"`
+	PlacementConstraints          []PlacementConstraint          `json:"placementConstraints,omitzero"`
+	PlacementStrategy             []PlacementStrategy            `json:"placementStrategy,omitzero"`
 	PlatformVersion               string                         `json:"platformVersion,omitempty"`
 	PropagateTags                 string                         `json:"propagateTags,omitempty"`
 	Service                       string                         `json:"service,omitempty"`
 	ServiceConnectConfiguration   *ServiceConnectConfiguration   `json:"serviceConnectConfiguration,omitempty"`
-	ServiceRegistries             []ServiceRegistry              `json:"serviceRegistries,omitempty"`
+	ServiceRegistries             []ServiceRegistry              `json:"serviceRegistries,omitzero"`
 	TaskDefinition                string                         `json:"taskDefinition,omitempty"`
-	VolumeConfigurations          []ServiceVolumeConfiguration   `json:"volumeConfigurations,omitempty"`
-	VpcLatticeConfigurations      []VpcLatticeConfiguration      `json:"vpcLatticeConfigurations,omitempty"`
+	VolumeConfigurations          []ServiceVolumeConfiguration   `json:"volumeConfigurations,omitzero"`
+	VpcLatticeConfigurations      []VpcLatticeConfiguration      `json:"vpcLatticeConfigurations,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -9385,7 +9385,7 @@ type UpdateTaskProtectionRequest struct {
 	Cluster           string   `json:"cluster,omitempty"`
 	ExpiresInMinutes  *int32   `json:"expiresInMinutes,omitempty"`
 	ProtectionEnabled *bool    `json:"protectionEnabled,omitempty"`
-	Tasks             []string `json:"tasks,omitempty"`
+	Tasks             []string `json:"tasks,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.
@@ -9406,8 +9406,8 @@ func (v *UpdateTaskProtectionRequest) Check(path string) *Violation {
 }
 
 type UpdateTaskProtectionResponse struct {
-	Failures       []Failure       `json:"failures,omitempty"`
-	ProtectedTasks []ProtectedTask `json:"protectedTasks,omitempty"`
+	Failures       []Failure       `json:"failures,omitzero"`
+	ProtectedTasks []ProtectedTask `json:"protectedTasks,omitzero"`
 }
 
 // Check reports the first member of v that breaks a rule of the model.

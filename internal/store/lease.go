@@ -1,0 +1,66 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Lease is an etcd lease: keys written with it vanish when it is not renewed
+// within its TTL. Renewals are not writes to the etcd log, which makes
+// leases the cheap way to track liveness.
+type Lease struct {
+	s  *Store
+	id clientv3.LeaseID
+}
+
+// Grant creates a lease with the given TTL.
+func (s *Store) Grant(ctx context.Context, ttl time.Duration) (*Lease, error) {
+	r, err := s.client.Grant(ctx, int64(max(ttl/time.Second, 1)))
+	if err != nil {
+		return nil, fmt.Errorf("grant lease: %w", err)
+	}
+	return &Lease{s: s, id: r.ID}, nil
+}
+
+// Renew extends the lease by its TTL; ErrNotFound if it already expired.
+func (l *Lease) Renew(ctx context.Context) error {
+	_, err := l.s.client.KeepAliveOnce(ctx, l.id)
+	if err != nil {
+		return fmt.Errorf("renew lease: %w", ErrNotFound)
+	}
+	return nil
+}
+
+// Revoke ends the lease now, deleting its keys.
+func (l *Lease) Revoke(ctx context.Context) error {
+	rev, err := l.s.client.Revoke(ctx, l.id)
+	if err != nil {
+		return fmt.Errorf("revoke lease: %w", err)
+	}
+	l.s.noteWrite(rev.Header.Revision)
+	return nil
+}
+
+// PutWithLease writes key unconditionally, attached to the lease.
+func (t *Txn) PutWithLease(key string, v any, l *Lease) *Txn {
+	if t.err != nil {
+		return t
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.err = fmt.Errorf("encode %s: %w", key, err)
+		return t
+	}
+	t.ops = append(t.ops, clientv3.OpPut(t.s.prefix+key, string(b), clientv3.WithLease(l.id)))
+	return t
+}
+
+// Put writes key whatever its revision; only for keys owned by one writer.
+func (t *Txn) Put(key string, v any) *Txn {
+	t.put(key, v)
+	return t
+}
