@@ -23,6 +23,8 @@ type Config struct {
 	AccountID string
 	Now       func() time.Time
 	Log       *slog.Logger
+	// Endpoint is the URL agents use to reach this server.
+	Endpoint string
 }
 
 // Service holds the operations.
@@ -32,6 +34,8 @@ type Service struct {
 	now  func() time.Time
 	log  *slog.Logger
 	ids  *idSource
+	// endpoint is what DiscoverPollEndpoint answers.
+	endpoint string
 }
 
 // New returns a Service.
@@ -43,11 +47,12 @@ func New(cfg Config) *Service {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Service{
-		st:   cfg.Store,
-		arns: arns{partition: "aws", region: cfg.Region, account: cfg.AccountID},
-		now:  func() time.Time { return cfg.Now().UTC().Truncate(time.Millisecond) }, // API timestamps have millisecond precision
-		log:  cfg.Log,
-		ids:  newIDSource(cfg.Now),
+		st:       cfg.Store,
+		arns:     arns{partition: "aws", region: cfg.Region, account: cfg.AccountID},
+		now:      func() time.Time { return cfg.Now().UTC().Truncate(time.Millisecond) }, // API timestamps have millisecond precision
+		log:      cfg.Log,
+		ids:      newIDSource(cfg.Now),
+		endpoint: cfg.Endpoint,
 	}
 }
 
@@ -59,6 +64,8 @@ func (s *Service) Register(h *api.Handler) {
 	s.registerDaemonTaskDefinitions(h)
 	s.registerDaemons(h)
 	s.registerTags(h)
+	s.registerInstances(h)
+	s.registerTasks(h)
 	s.registerExtensions(h)
 }
 

@@ -26,6 +26,8 @@ import (
 	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/controller/deployments"
+	"github.com/capstanhq/capstan/internal/gateway"
+	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -44,7 +46,9 @@ type Config struct {
 	// credential; otherwise one is generated and kept in DataDir.
 	AdminKeyID  string
 	AdminSecret string
-	Log         *slog.Logger
+	// AdvertiseURL is how agents reach this server (default http://<listen>).
+	AdvertiseURL string
+	Log          *slog.Logger
 }
 
 var accountPattern = regexp.MustCompile(`^[0-9]{12}$`)
@@ -89,6 +93,8 @@ type Server struct {
 	// AdminGenerated is true when the credential was created in the data dir.
 	AdminGenerated bool
 	Store          *store.Store
+	Service        *control.Service
+	gateway        *gateway.Gateway
 	http           *http.Server
 	served         chan error
 	log            *slog.Logger
@@ -123,17 +129,26 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ln.Close()
 		return nil, err
 	}
-	verifier := &auth.Verifier{Lookup: auth.NewStaticLookup(admin)}
-	h := api.NewHandler(verifier, api.AdminOnly, cfg.Log)
-	svc := control.New(control.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log})
+	addr := ln.Addr().String()
+	endpoint := cfg.AdvertiseURL
+	if endpoint == "" {
+		endpoint = "http://" + addr
+	}
+	svc := control.New(control.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log, Endpoint: endpoint})
+	verifier := &auth.Verifier{Lookup: auth.Chain(auth.NewStaticLookup(admin), svc.Credentials())}
+	h := api.NewHandler(verifier, control.Authorize, cfg.Log)
 	svc.Register(h)
+	serverID := addr + "/" + randomString(8, upperAlnum)
+	gw := gateway.New(svc, st, verifier, serverID, cfg.Log)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(h.Collectors()...)
+	reg.MustRegister(gw.Collectors()...)
 
 	mux := http.NewServeMux()
 	mux.Handle("/", h)
+	mux.Handle("GET "+protocol.Path, gw)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !st.Ready() {
 			http.Error(w, "store not ready", http.StatusServiceUnavailable)
@@ -144,7 +159,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 
 	s := &Server{
-		Addr:           ln.Addr().String(),
+		Addr:           addr,
+		Service:        svc,
+		gateway:        gw,
 		Admin:          admin,
 		AdminGenerated: generated,
 		Store:          st,
@@ -165,7 +182,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.controllersDone = make(chan struct{})
 	go func() {
 		defer close(s.controllersDone)
-		err := st.Lead(cctx, "controllers", s.Addr+"/"+randomString(8, upperAlnum), func(ctx context.Context) {
+		err := st.Lead(cctx, "controllers", serverID, func(ctx context.Context) {
 			runControllers(ctx, st, svc, cfg.Log)
 		})
 		if err != nil {
@@ -199,6 +216,7 @@ func (s *Server) Wait() <-chan error { return s.served }
 func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	s.gateway.Close()
 	err := s.http.Shutdown(ctx)
 	s.stopControllers()
 	<-s.controllersDone

@@ -185,12 +185,14 @@ type Task struct {
 // AgentCredential is a credential minted for agents. It binds to the first
 // instance it registers and may act for that instance only.
 type AgentCredential struct {
-	AccessKeyID     string    `json:"accessKeyId"`
-	SecretAccessKey string    `json:"secretAccessKey"`
-	Cluster         string    `json:"cluster"`
-	InstanceID      string    `json:"instanceId,omitempty"`
-	CreatedAt       time.Time `json:"createdAt"`
-	Description     string    `json:"description,omitempty"`
+	AccessKeyID     string `json:"accessKeyId"`
+	SecretAccessKey string `json:"secretAccessKey"`
+	Cluster         string `json:"cluster"`
+	InstanceID      string `json:"instanceId,omitempty"`
+	// CapacityProvider, for credentials of provisioned instances.
+	CapacityProvider string    `json:"capacityProvider,omitempty"`
+	CreatedAt        time.Time `json:"createdAt"`
+	Description      string    `json:"description,omitempty"`
 }
 
 // Session marks an instance whose agent is connected; it lives on an etcd

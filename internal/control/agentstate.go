@@ -1,0 +1,192 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// Instance returns a registered instance by cluster and ID.
+func (s *Service) Instance(ctx context.Context, cluster, id string) (store.ContainerInstance, error) {
+	it, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cluster, id))
+	return it.Value, err
+}
+
+// ParseInstanceArn splits a container instance ARN into cluster and ID.
+func (s *Service) ParseInstanceArn(arn string) (cluster, id string, ok bool) {
+	typ, path, ok := s.arns.resource(arn)
+	if !ok || typ != "container-instance" || !s.arns.inAccount(arn) {
+		return "", "", false
+	}
+	cluster, id, ok = cutLast(path)
+	return cluster, id, ok && instanceIDPattern.MatchString(id)
+}
+
+func cutLast(path string) (string, string, bool) {
+	for i := len(path) - 1; i >= 0; i-- {
+		if path[i] == '/' {
+			return path[:i], path[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+// Manifest is the desired task set of an instance, as its agent gets it.
+// Its sequence is the store revision it was read at, so it only grows, on
+// every server.
+func (s *Service) Manifest(ctx context.Context, cluster, id string) (protocol.Manifest, error) {
+	rev := s.st.Revision()
+	items, _, err := store.List[protocol.Task](ctx, s.st, store.DesiredPrefix(cluster, id), "", 0)
+	if err != nil {
+		return protocol.Manifest{}, err
+	}
+	m := protocol.Manifest{Seq: uint64(max(rev, s.st.Revision())), Tasks: make([]protocol.Task, 0, len(items))}
+	for _, it := range items {
+		m.Tasks = append(m.Tasks, it.Value)
+	}
+	return m, nil
+}
+
+// ApplyTaskStates writes what an agent reports about its tasks. A state
+// older than one already written is ignored, so a resent batch changes
+// nothing. A task reaching STOPPED releases what it held on the instance
+// and leaves the instance's manifest.
+func (s *Service) ApplyTaskStates(ctx context.Context, cluster, instanceID string, states []protocol.TaskState) error {
+	for _, st := range states {
+		if err := s.applyTaskState(ctx, cluster, instanceID, st); err != nil {
+			return fmt.Errorf("task %s: %w", st.Arn, err)
+		}
+	}
+	return nil
+}
+
+func (s *Service) applyTaskState(ctx context.Context, cluster, instanceID string, st protocol.TaskState) error {
+	id, err := s.taskID("arn", cluster, st.Arn)
+	if err != nil {
+		s.log.Warn("agent reported a task of another cluster or a malformed ARN", "instance", instanceID, "task", st.Arn)
+		return nil
+	}
+	return retry(ctx, func() error {
+		it, err := store.Get[store.Task](ctx, s.st, store.TaskKey(cluster, id))
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // forgotten task: nothing to record
+		}
+		if err != nil {
+			return err
+		}
+		t := it.Value
+		if t.InstanceID != instanceID {
+			s.log.Warn("agent reported a task of another instance", "instance", instanceID, "task", st.Arn)
+			return nil
+		}
+		if st.Seq <= t.StateSeq || t.LastStatus == "STOPPED" {
+			return nil
+		}
+		tx := s.st.Txn()
+		mergeState(&t, st)
+		*t.Version++
+		if t.LastStatus == "STOPPED" {
+			if err := s.release(ctx, tx, t); err != nil {
+				return err
+			}
+			t.Reserved = nil
+			t.DesiredStatus = "STOPPED"
+		}
+		tx.Update(it.Key, it.Rev, t)
+		_, err = tx.Commit(ctx)
+		return err
+	})
+}
+
+// release returns a stopped task's reservation to its instance and removes
+// the task from the instance's manifest, in tx.
+func (s *Service) release(ctx context.Context, tx *store.Txn, t store.Task) error {
+	dkey := store.DesiredKey(t.Cluster, t.InstanceID, t.ID)
+	if d, err := store.Get[protocol.Task](ctx, s.st, dkey); err == nil {
+		tx.Delete(dkey, d.Rev)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	if t.Reserved == nil {
+		return nil
+	}
+	it, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(t.Cluster, t.InstanceID))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ci := it.Value
+	rem := readResources(ci.RemainingResources)
+	rem.cpu += t.Reserved.CPU
+	rem.memory += t.Reserved.Memory
+	registered := readResources(ci.RegisteredResources)
+	rem.ports = slices.DeleteFunc(rem.ports, func(p string) bool {
+		return slices.Contains(t.Reserved.Ports, p) && !slices.Contains(registered.ports, p)
+	})
+	ci.RemainingResources = rem.shapes()
+	*ci.Version++
+	tx.Update(it.Key, it.Rev, ci)
+	return nil
+}
+
+// mergeState copies an agent's report into the task record.
+func mergeState(t *store.Task, st protocol.TaskState) {
+	t.StateSeq = st.Seq
+	if st.LastStatus != "" {
+		t.LastStatus = st.LastStatus
+	}
+	if st.HealthStatus != "" {
+		t.HealthStatus = st.HealthStatus
+	}
+	at := func(dst *shapes.Timestamp, v interface{ IsZero() bool }, src shapes.Timestamp) {
+		if dst.IsZero() && !v.IsZero() {
+			*dst = src
+		}
+	}
+	at(&t.PullStartedAt, st.PullStartedAt, shapes.At(st.PullStartedAt))
+	at(&t.PullStoppedAt, st.PullStoppedAt, shapes.At(st.PullStoppedAt))
+	at(&t.StartedAt, st.StartedAt, shapes.At(st.StartedAt))
+	at(&t.StoppingAt, st.StoppingAt, shapes.At(st.StoppingAt))
+	at(&t.StoppedAt, st.StoppedAt, shapes.At(st.StoppedAt))
+	if t.LastStatus == "STOPPED" {
+		at(&t.ExecutionStoppedAt, st.StoppedAt, shapes.At(st.StoppedAt))
+	}
+	if st.StoppedReason != "" && t.StoppedReason == "" {
+		t.StoppedReason, t.StopCode = st.StoppedReason, st.StopCode
+	}
+	for _, c := range st.Containers {
+		i := slices.IndexFunc(t.Containers, func(x shapes.Container) bool { return x.Name == c.Name })
+		if i < 0 {
+			continue
+		}
+		dst := &t.Containers[i]
+		if c.RuntimeID != "" {
+			dst.RuntimeId = c.RuntimeID
+		}
+		if c.LastStatus != "" {
+			dst.LastStatus = c.LastStatus
+		}
+		if c.ImageDigest != "" {
+			dst.ImageDigest = c.ImageDigest
+		}
+		if c.ExitCode != nil {
+			dst.ExitCode = ptr(int32(*c.ExitCode))
+		}
+		if c.Reason != "" {
+			dst.Reason = c.Reason
+		}
+		if c.HealthStatus != "" {
+			dst.HealthStatus = c.HealthStatus
+		}
+		if c.NetworkBindings != nil {
+			dst.NetworkBindings = c.NetworkBindings
+		}
+	}
+}

@@ -1,0 +1,624 @@
+package control
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/capstanhq/capstan/internal/api"
+	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/auth"
+	"github.com/capstanhq/capstan/internal/fault"
+	"github.com/capstanhq/capstan/internal/store"
+	"github.com/capstanhq/capstan/internal/taskdef"
+)
+
+func (s *Service) registerInstances(h *api.Handler) {
+	api.Register(h, "RegisterContainerInstance", s.RegisterContainerInstance)
+	api.Register(h, "DeregisterContainerInstance", s.DeregisterContainerInstance)
+	api.Register(h, "DescribeContainerInstances", s.DescribeContainerInstances)
+	api.Register(h, "ListContainerInstances", s.ListContainerInstances)
+	api.Register(h, "UpdateContainerInstancesState", s.UpdateContainerInstancesState)
+	api.Register(h, "DiscoverPollEndpoint", s.DiscoverPollEndpoint)
+}
+
+func (a arns) containerInstance(cluster, id string) string {
+	return a.base() + "container-instance/" + cluster + "/" + id
+}
+
+func newInstanceID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+var instanceIDPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// instanceID resolves a container instance ARN or ID within a cluster.
+func (s *Service) instanceID(field, cluster, ref string) (string, error) {
+	id := ref
+	if strings.HasPrefix(ref, "arn:") {
+		typ, path, ok := s.arns.resource(ref)
+		c, i, ok2 := strings.Cut(path, "/")
+		if !ok || !ok2 || typ != "container-instance" || !s.arns.inAccount(ref) {
+			return "", fault.Invalid(field, "%q is not a container instance ARN (%s)", clip(ref), s.arns.containerInstance("CLUSTER", "ID"))
+		}
+		if c != cluster {
+			return "", fault.Invalid(field, "container instance %s is not in cluster %q", clip(ref), cluster)
+		}
+		id = i
+	}
+	if !instanceIDPattern.MatchString(id) {
+		return "", fault.Invalid(field, "%q is not a container instance ID or ARN", clip(ref))
+	}
+	return id, nil
+}
+
+// resources is the placement view of an instance's CPU, memory and ports.
+type resources struct {
+	cpu, memory int
+	ports       []string // "tcp/22"
+}
+
+func (r resources) shapes() []shapes.Resource {
+	var tcp, udp []string
+	for _, p := range r.ports {
+		proto, port, _ := strings.Cut(p, "/")
+		if proto == "udp" {
+			udp = append(udp, port)
+		} else {
+			tcp = append(tcp, port)
+		}
+	}
+	if tcp == nil {
+		tcp = []string{}
+	}
+	if udp == nil {
+		udp = []string{}
+	}
+	return []shapes.Resource{
+		{Name: "CPU", Type: "INTEGER", IntegerValue: ptr(int32(r.cpu))},
+		{Name: "MEMORY", Type: "INTEGER", IntegerValue: ptr(int32(r.memory))},
+		{Name: "PORTS", Type: "STRINGSET", StringSetValue: tcp},
+		{Name: "PORTS_UDP", Type: "STRINGSET", StringSetValue: udp},
+	}
+}
+
+// parseResources reads registered resources; CPU and MEMORY are required.
+func parseResources(field string, rs []shapes.Resource) (resources, error) {
+	var out resources
+	seen := map[string]bool{}
+	for i, r := range rs {
+		f := fieldIndex(field, i)
+		if seen[r.Name] {
+			return out, fault.Invalid(f+".name", "%s is listed twice", r.Name)
+		}
+		seen[r.Name] = true
+		num := func() (int, error) {
+			switch {
+			case r.IntegerValue != nil:
+				return int(*r.IntegerValue), nil
+			case r.LongValue != nil:
+				return int(*r.LongValue), nil
+			case r.DoubleValue != nil:
+				return int(*r.DoubleValue), nil
+			}
+			return 0, fault.Invalid(f, "%s needs a numeric value", r.Name)
+		}
+		switch r.Name {
+		case "CPU", "MEMORY":
+			n, err := num()
+			if err != nil {
+				return out, err
+			}
+			if n <= 0 || n > 1<<30 {
+				return out, fault.Invalid(f, "%s must be positive (got %d)", r.Name, n)
+			}
+			if r.Name == "CPU" {
+				out.cpu = n
+			} else {
+				out.memory = n
+			}
+		case "PORTS", "PORTS_UDP":
+			proto := "tcp"
+			if r.Name == "PORTS_UDP" {
+				proto = "udp"
+			}
+			for _, p := range r.StringSetValue {
+				n, err := strconv.Atoi(p)
+				if err != nil || n < 1 || n > 65535 {
+					return out, fault.Invalid(f+".stringSetValue", "port %q must be 1-65535", clip(p))
+				}
+				out.ports = append(out.ports, proto+"/"+strconv.Itoa(n))
+			}
+		default:
+			// Other resources (GPU, ...) are not scheduled by Capstan.
+		}
+	}
+	if out.cpu == 0 || out.memory == 0 {
+		return out, fault.Invalid(field, "must include CPU and MEMORY")
+	}
+	return out, nil
+}
+
+func readResources(rs []shapes.Resource) resources {
+	r, _ := parseResources("", rs)
+	return r
+}
+
+var attributeName = regexp.MustCompile(`^[A-Za-z0-9_./-]{1,128}$`)
+
+func checkAttributes(field string, attrs []shapes.Attribute) error {
+	if len(attrs) > 10+64 {
+		return fault.Invalid(field, "at most 74 attributes")
+	}
+	for i, a := range attrs {
+		if !attributeName.MatchString(a.Name) {
+			return fault.Invalid(fieldIndex(field, i)+".name", "must be 1-128 letters, numbers, and _ . / -")
+		}
+		if len(a.Value) > 128 {
+			return fault.Invalid(fieldIndex(field, i)+".value", "must be at most 128 characters")
+		}
+	}
+	return nil
+}
+
+// RegisterContainerInstance registers an instance, or re-registers the one
+// the caller names (or the one its agent credential is bound to), keeping
+// its ID and tasks.
+func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.RegisterContainerInstanceRequest) (*shapes.RegisterContainerInstanceResponse, error) {
+	total, err := parseResources("totalResources", req.TotalResources)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAttributes("attributes", req.Attributes); err != nil {
+		return nil, err
+	}
+	if err := taskdef.CheckTags("tags", req.Tags); err != nil {
+		return nil, err
+	}
+	caller, _ := api.Caller(ctx)
+	var out store.ContainerInstance
+	err = retry(ctx, func() error {
+		cl, err := s.activeCluster(ctx, "cluster", req.Cluster)
+		if err != nil {
+			return err
+		}
+		cluster := cl.Value.ClusterName
+		var cred store.Item[store.AgentCredential]
+		id := ""
+		if caller.Role == auth.RoleAgent {
+			cred, err = store.Get[store.AgentCredential](ctx, s.st, store.CredentialKey(caller.AccessKeyID))
+			if err != nil {
+				return fault.Denied("agent credential %s is no longer valid", caller.AccessKeyID)
+			}
+			if cred.Value.Cluster != cluster {
+				return fault.Denied("agent credential %s belongs to cluster %q, not %q", caller.AccessKeyID, cred.Value.Cluster, cluster)
+			}
+			id = cred.Value.InstanceID
+		}
+		if req.ContainerInstanceArn != "" {
+			named, err := s.instanceID("containerInstanceArn", cluster, req.ContainerInstanceArn)
+			if err != nil {
+				return err
+			}
+			if id != "" && named != id {
+				return fault.Denied("agent credential %s is bound to container instance %s", caller.AccessKeyID, id)
+			}
+			id = named
+		}
+		tx := s.st.Txn().Unchanged(cl.Key, cl.Rev)
+		var ci store.ContainerInstance
+		if id != "" {
+			cur, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cluster, id))
+			if errors.Is(err, store.ErrNotFound) {
+				return fault.ClientError("container instance %s does not exist in cluster %q", id, cluster)
+			}
+			if err != nil {
+				return err
+			}
+			if cur.Value.Status == "INACTIVE" {
+				return fault.ClientError("container instance %s was deregistered; register as a new instance (start the agent with a fresh data directory)", id)
+			}
+			ci = cur.Value
+			// Re-registration keeps placements: what tasks hold stays held.
+			rem, err := s.remaining(ctx, ci, total)
+			if err != nil {
+				return err
+			}
+			ci.RemainingResources = rem.shapes()
+			tx.Update(cur.Key, cur.Rev, &ci)
+		} else {
+			id = newInstanceID()
+			ci = store.ContainerInstance{ID: id, Cluster: cluster}
+			ci.ContainerInstanceArn = s.arns.containerInstance(cluster, id)
+			ci.Ec2InstanceId = "i-" + id[:17]
+			ci.Status = "ACTIVE"
+			ci.RegisteredAt = shapes.At(s.now())
+			ci.RemainingResources = total.shapes()
+			ci.Version = ptr(int64(1))
+			if caller.Role == auth.RoleAgent {
+				ci.AccessKeyID = caller.AccessKeyID
+				ci.CapacityProviderName = cred.Value.CapacityProvider
+			}
+			tx.Create(store.ContainerInstanceKey(cluster, id), &ci)
+		}
+		ci.RegisteredResources = total.shapes()
+		ci.VersionInfo = req.VersionInfo
+		ci.Attributes = mergeAttributes(req.Attributes)
+		if req.Tags != nil {
+			ci.Tags = req.Tags
+		}
+		*ci.Version = *ci.Version + 1
+		if caller.Role == auth.RoleAgent && cred.Value.InstanceID == "" {
+			c := cred.Value
+			c.InstanceID = id
+			tx.Update(cred.Key, cred.Rev, c)
+		}
+		if _, err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		out = ci
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	view, err := s.instanceView(ctx, out, true)
+	if err != nil {
+		return nil, err
+	}
+	return &shapes.RegisterContainerInstanceResponse{ContainerInstance: view}, nil
+}
+
+// mergeAttributes adds the attributes Capstan always reports.
+func mergeAttributes(in []shapes.Attribute) []shapes.Attribute {
+	out := []shapes.Attribute{{Name: "ecs.os-type", Value: "linux"}}
+	for _, a := range in {
+		if a.Name != "ecs.os-type" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// remaining is total less what the instance's unstopped tasks hold. As in
+// ECS, remaining PORTS lists the ports that are taken (reserved or used).
+func (s *Service) remaining(ctx context.Context, ci store.ContainerInstance, total resources) (resources, error) {
+	tasks, err := s.instanceTasks(ctx, ci)
+	if err != nil {
+		return resources{}, err
+	}
+	out := resources{cpu: total.cpu, memory: total.memory, ports: slices.Clone(total.ports)}
+	for _, t := range tasks {
+		if r := t.Value.Reserved; r != nil {
+			out.cpu -= r.CPU
+			out.memory -= r.Memory
+			out.ports = append(out.ports, r.Ports...)
+		}
+	}
+	return out, nil
+}
+
+// instanceView is the API view of an instance, with live counts.
+func (s *Service) instanceView(ctx context.Context, ci store.ContainerInstance, tags bool) (*shapes.ContainerInstance, error) {
+	v := ci.ContainerInstance
+	if !tags {
+		v.Tags = nil
+	}
+	_, err := store.Get[store.Session](ctx, s.st, store.SessionKey(ci.Cluster, ci.ID))
+	switch {
+	case err == nil:
+		v.AgentConnected = ptr(true)
+	case errors.Is(err, store.ErrNotFound):
+		v.AgentConnected = ptr(false)
+	default:
+		return nil, storeErr(err)
+	}
+	running, pending, err := s.instanceTaskCounts(ctx, ci)
+	if err != nil {
+		return nil, err
+	}
+	v.RunningTasksCount, v.PendingTasksCount = ptr(int32(running)), ptr(int32(pending))
+	if v.Attributes == nil {
+		v.Attributes = []shapes.Attribute{}
+	}
+	return &v, nil
+}
+
+// instanceTaskCounts counts the tasks placed on an instance by last status.
+func (s *Service) instanceTaskCounts(ctx context.Context, ci store.ContainerInstance) (running, pending int, err error) {
+	items, _, err := store.List[desiredRow](ctx, s.st, store.DesiredPrefix(ci.Cluster, ci.ID), "", 0)
+	if err != nil {
+		return 0, 0, storeErr(err)
+	}
+	for _, it := range items {
+		t, err := store.Get[store.Task](ctx, s.st, store.TaskKey(ci.Cluster, it.Key[strings.LastIndexByte(it.Key, '/')+1:]))
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, 0, storeErr(err)
+		}
+		switch t.Value.LastStatus {
+		case "RUNNING":
+			running++
+		case "STOPPED":
+		default:
+			pending++
+		}
+	}
+	return running, pending, nil
+}
+
+// desiredRow decodes nothing: listing desired keys needs only their names.
+type desiredRow struct{}
+
+func (*desiredRow) UnmarshalJSON([]byte) error { return nil }
+
+func (s *Service) DescribeContainerInstances(ctx context.Context, req *shapes.DescribeContainerInstancesRequest) (*shapes.DescribeContainerInstancesResponse, error) {
+	cl, err := s.activeCluster(ctx, "cluster", req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.ContainerInstances) == 0 || len(req.ContainerInstances) > 100 {
+		return nil, fault.Invalid("containerInstances", "must name 1 to 100 container instances")
+	}
+	out := &shapes.DescribeContainerInstancesResponse{ContainerInstances: []shapes.ContainerInstance{}, Failures: []shapes.Failure{}}
+	for i, ref := range req.ContainerInstances {
+		id, err := s.instanceID(fieldIndex("containerInstances", i), cl.Value.ClusterName, ref)
+		if err != nil {
+			return nil, err
+		}
+		it, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cl.Value.ClusterName, id))
+		if errors.Is(err, store.ErrNotFound) {
+			out.Failures = append(out.Failures, shapes.Failure{Arn: s.arns.containerInstance(cl.Value.ClusterName, id), Reason: "MISSING"})
+			continue
+		}
+		if err != nil {
+			return nil, storeErr(err)
+		}
+		v, err := s.instanceView(ctx, it.Value, slices.Contains(req.Include, "CONTAINER_INSTANCE_HEALTH") || slices.Contains(req.Include, "TAGS"))
+		if err != nil {
+			return nil, err
+		}
+		out.ContainerInstances = append(out.ContainerInstances, *v)
+	}
+	return out, nil
+}
+
+// instanceFilter is the subset of the ECS cluster query language Capstan
+// evaluates: attribute:NAME exists, attribute:NAME == VALUE, and
+// attribute:NAME != VALUE, joined with "and".
+type instanceFilter []func(attrs map[string]string) bool
+
+var filterTerm = regexp.MustCompile(`^attribute:([A-Za-z0-9_./-]+)\s*(?:(exists)|(==|!=)\s*(\S+))$`)
+
+func parseInstanceFilter(expr string) (instanceFilter, error) {
+	var f instanceFilter
+	if strings.TrimSpace(expr) == "" {
+		return f, nil
+	}
+	for _, term := range regexp.MustCompile(`\s+and\s+`).Split(strings.TrimSpace(expr), -1) {
+		m := filterTerm.FindStringSubmatch(strings.TrimSpace(term))
+		if m == nil {
+			return nil, fault.Invalid("filter", "unsupported expression %q; Capstan supports attribute:NAME exists, attribute:NAME == VALUE and != joined by and", clip(term))
+		}
+		name, exists, op, value := m[1], m[2] != "", m[3], m[4]
+		f = append(f, func(attrs map[string]string) bool {
+			v, ok := attrs[name]
+			switch {
+			case exists:
+				return ok
+			case op == "==":
+				return ok && v == value
+			default:
+				return !ok || v != value
+			}
+		})
+	}
+	return f, nil
+}
+
+func (f instanceFilter) match(attrs map[string]string) bool {
+	for _, fn := range f {
+		if !fn(attrs) {
+			return false
+		}
+	}
+	return true
+}
+
+func attributeMap(ci store.ContainerInstance) map[string]string {
+	m := make(map[string]string, len(ci.Attributes)+1)
+	for _, a := range ci.Attributes {
+		m[a.Name] = a.Value
+	}
+	m["ecs.instance-id"] = ci.ID
+	return m
+}
+
+func (s *Service) ListContainerInstances(ctx context.Context, req *shapes.ListContainerInstancesRequest) (*shapes.ListContainerInstancesResponse, error) {
+	cl, err := s.activeCluster(ctx, "cluster", req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	filter, err := parseInstanceFilter(req.Filter)
+	if err != nil {
+		return nil, err
+	}
+	prefix := store.ContainerInstancePrefix(cl.Value.ClusterName)
+	p, err := newPage(req.MaxResults, req.NextToken, prefix+"\x00"+req.Status+"\x00"+req.Filter, 100)
+	if err != nil {
+		return nil, err
+	}
+	out := &shapes.ListContainerInstancesResponse{ContainerInstanceArns: []string{}}
+	after := p.after
+	for {
+		items, more, err := store.List[store.ContainerInstance](ctx, s.st, prefix, after, p.limit-len(out.ContainerInstanceArns))
+		if err != nil {
+			return nil, storeErr(err)
+		}
+		for _, it := range items {
+			after = it.Key
+			ci := it.Value
+			if req.Status != "" && ci.Status != req.Status || req.Status == "" && ci.Status == "INACTIVE" || !filter.match(attributeMap(ci)) {
+				continue
+			}
+			out.ContainerInstanceArns = append(out.ContainerInstanceArns, ci.ContainerInstanceArn)
+		}
+		if !more || len(out.ContainerInstanceArns) == p.limit {
+			out.NextToken = nextToken(prefix+"\x00"+req.Status+"\x00"+req.Filter, after, more)
+			return out, nil
+		}
+	}
+}
+
+func (s *Service) UpdateContainerInstancesState(ctx context.Context, req *shapes.UpdateContainerInstancesStateRequest) (*shapes.UpdateContainerInstancesStateResponse, error) {
+	if req.Status != "ACTIVE" && req.Status != "DRAINING" {
+		return nil, fault.Invalid("status", "must be ACTIVE or DRAINING (got %q)", clip(req.Status))
+	}
+	cl, err := s.activeCluster(ctx, "cluster", req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.ContainerInstances) == 0 || len(req.ContainerInstances) > 10 {
+		return nil, fault.Invalid("containerInstances", "must name 1 to 10 container instances")
+	}
+	out := &shapes.UpdateContainerInstancesStateResponse{ContainerInstances: []shapes.ContainerInstance{}, Failures: []shapes.Failure{}}
+	for i, ref := range req.ContainerInstances {
+		id, err := s.instanceID(fieldIndex("containerInstances", i), cl.Value.ClusterName, ref)
+		if err != nil {
+			return nil, err
+		}
+		var ci store.ContainerInstance
+		err = retry(ctx, func() error {
+			it, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cl.Value.ClusterName, id))
+			if err != nil {
+				return err
+			}
+			ci = it.Value
+			if ci.Status == "INACTIVE" || ci.Status == "DEREGISTERING" {
+				return fault.ClientError("container instance %s is %s", id, ci.Status)
+			}
+			if ci.Status == req.Status {
+				return nil
+			}
+			ci.Status = req.Status
+			*ci.Version++
+			_, err = s.st.Txn().Update(it.Key, it.Rev, ci).Commit(ctx)
+			return err
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			out.Failures = append(out.Failures, shapes.Failure{Arn: s.arns.containerInstance(cl.Value.ClusterName, id), Reason: "MISSING"})
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		v, err := s.instanceView(ctx, ci, false)
+		if err != nil {
+			return nil, err
+		}
+		out.ContainerInstances = append(out.ContainerInstances, *v)
+	}
+	return out, nil
+}
+
+func (s *Service) DeregisterContainerInstance(ctx context.Context, req *shapes.DeregisterContainerInstanceRequest) (*shapes.DeregisterContainerInstanceResponse, error) {
+	cl, err := s.activeCluster(ctx, "cluster", req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	cluster := cl.Value.ClusterName
+	id, err := s.instanceID("containerInstance", cluster, req.ContainerInstance)
+	if err != nil {
+		return nil, err
+	}
+	var out store.ContainerInstance
+	err = retry(ctx, func() error {
+		it, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cluster, id))
+		if errors.Is(err, store.ErrNotFound) {
+			return fault.ClientError("container instance %s not found in cluster %q", id, cluster)
+		}
+		if err != nil {
+			return err
+		}
+		ci := it.Value
+		if ci.Status == "INACTIVE" {
+			out = ci
+			return nil
+		}
+		tasks, err := s.instanceTasks(ctx, ci)
+		if err != nil {
+			return err
+		}
+		live := 0
+		for _, t := range tasks {
+			if t.Value.LastStatus != "STOPPED" {
+				live++
+			}
+		}
+		if live > 0 && (req.Force == nil || !*req.Force) {
+			return fault.ClientError("container instance %s still has %d task(s) not stopped; stop them, drain the instance, or use force", id, live)
+		}
+		tx := s.st.Txn()
+		// Forced: its tasks are told to stop rather than left orphaned.
+		for _, t := range tasks {
+			if t.Value.DesiredStatus != "STOPPED" {
+				if err := s.stopTaskTxn(ctx, tx, t, "TaskFailedToStart", "Container instance deregistration forced by a user"); err != nil {
+					return err
+				}
+			}
+		}
+		ci.Status = "INACTIVE"
+		*ci.Version++
+		tx.Update(it.Key, it.Rev, ci)
+		if _, err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		out = ci
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.instanceView(ctx, out, false)
+	if err != nil {
+		return nil, err
+	}
+	return &shapes.DeregisterContainerInstanceResponse{ContainerInstance: v}, nil
+}
+
+// instanceTasks lists the tasks that have a desired entry on the instance.
+func (s *Service) instanceTasks(ctx context.Context, ci store.ContainerInstance) ([]store.Item[store.Task], error) {
+	rows, _, err := store.List[desiredRow](ctx, s.st, store.DesiredPrefix(ci.Cluster, ci.ID), "", 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Item[store.Task]
+	for _, r := range rows {
+		t, err := store.Get[store.Task](ctx, s.st, store.TaskKey(ci.Cluster, r.Key[strings.LastIndexByte(r.Key, '/')+1:]))
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func (s *Service) DiscoverPollEndpoint(ctx context.Context, req *shapes.DiscoverPollEndpointRequest) (*shapes.DiscoverPollEndpointResponse, error) {
+	if s.endpoint == "" {
+		return nil, fmt.Errorf("no advertised endpoint configured")
+	}
+	return &shapes.DiscoverPollEndpointResponse{Endpoint: s.endpoint, TelemetryEndpoint: s.endpoint}, nil
+}

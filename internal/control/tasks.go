@@ -1,0 +1,614 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/capstanhq/capstan/internal/api"
+	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/fault"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/store"
+	"github.com/capstanhq/capstan/internal/taskdef"
+)
+
+func (s *Service) registerTasks(h *api.Handler) {
+	api.Register(h, "RunTask", s.RunTask)
+	api.Register(h, "StartTask", s.StartTask)
+	api.Register(h, "StopTask", s.StopTask)
+	api.Register(h, "DescribeTasks", s.DescribeTasks)
+	api.Register(h, "ListTasks", s.ListTasks)
+}
+
+func (a arns) task(cluster, id string) string { return a.base() + "task/" + cluster + "/" + id }
+func (a arns) container(cluster, task, id string) string {
+	return a.base() + "container/" + cluster + "/" + task + "/" + id
+}
+
+// taskID resolves a task ARN or ID within a cluster.
+func (s *Service) taskID(field, cluster, ref string) (string, error) {
+	id := ref
+	if strings.HasPrefix(ref, "arn:") {
+		typ, path, ok := s.arns.resource(ref)
+		c, i, ok2 := strings.Cut(path, "/")
+		if !ok || !ok2 || typ != "task" || !s.arns.inAccount(ref) {
+			return "", fault.Invalid(field, "%q is not a task ARN (%s)", clip(ref), s.arns.task("CLUSTER", "ID"))
+		}
+		if c != cluster {
+			return "", fault.Invalid(field, "task %s is not in cluster %q", clip(ref), cluster)
+		}
+		id = i
+	}
+	if !instanceIDPattern.MatchString(id) {
+		return "", fault.Invalid(field, "%q is not a task ID or ARN", clip(ref))
+	}
+	return id, nil
+}
+
+// taskNeed is what a task reserves on its instance: the task-level size
+// when set, else the sum of its containers, after overrides.
+func taskNeed(td shapes.TaskDefinition, ov *shapes.TaskOverride) (need, error) {
+	var n need
+	cpu, mem := td.Cpu, td.Memory
+	if ov != nil {
+		if ov.Cpu != "" {
+			cpu = ov.Cpu
+		}
+		if ov.Memory != "" {
+			mem = ov.Memory
+		}
+	}
+	if cpu != "" {
+		c, err := taskdef.ParseCPU(cpu)
+		if err != nil {
+			return n, fault.Invalid("overrides.cpu", "%v", err)
+		}
+		n.cpu = c
+	}
+	if mem != "" {
+		m, err := taskdef.ParseMemory(mem)
+		if err != nil {
+			return n, fault.Invalid("overrides.memory", "%v", err)
+		}
+		n.mem = m
+	}
+	sumCPU, sumMem := 0, 0
+	for _, c := range td.ContainerDefinitions {
+		cc, cm, cr := c.Cpu, c.Memory, c.MemoryReservation
+		if ov != nil {
+			for _, o := range ov.ContainerOverrides {
+				if o.Name == c.Name {
+					if o.Cpu != nil {
+						cc = o.Cpu
+					}
+					if o.Memory != nil {
+						cm = o.Memory
+					}
+					if o.MemoryReservation != nil {
+						cr = o.MemoryReservation
+					}
+				}
+			}
+		}
+		if cc != nil {
+			sumCPU += int(*cc)
+		}
+		switch {
+		case cr != nil:
+			sumMem += int(*cr)
+		case cm != nil:
+			sumMem += int(*cm)
+		}
+		for _, pm := range c.PortMappings {
+			host := 0
+			if pm.HostPort != nil {
+				host = int(*pm.HostPort)
+			}
+			if td.NetworkMode == "host" && pm.ContainerPort != nil {
+				host = int(*pm.ContainerPort)
+			}
+			if host > 0 {
+				proto := pm.Protocol
+				if proto == "" {
+					proto = "tcp"
+				}
+				n.ports = append(n.ports, proto+"/"+strconv.Itoa(host))
+			}
+		}
+	}
+	if cpu == "" {
+		n.cpu = sumCPU
+	}
+	if mem == "" {
+		n.mem = sumMem
+	}
+	return n, nil
+}
+
+func checkOverrides(td shapes.TaskDefinition, ov *shapes.TaskOverride) error {
+	if ov == nil {
+		return nil
+	}
+	for i, o := range ov.ContainerOverrides {
+		f := fieldIndex("overrides.containerOverrides", i)
+		if !slices.ContainsFunc(td.ContainerDefinitions, func(c shapes.ContainerDefinition) bool { return c.Name == o.Name }) {
+			return fault.Invalid(f+".name", "task definition has no container %q", clip(o.Name))
+		}
+		if len(o.EnvironmentFiles) > 0 || len(o.ResourceRequirements) > 0 {
+			return fault.NotSupported("%s: environmentFiles and resourceRequirements overrides are not supported", f)
+		}
+	}
+	if len(ov.InferenceAcceleratorOverrides) > 0 || ov.EphemeralStorage != nil {
+		return fault.NotSupported("overrides: inference accelerators and ephemeral storage are not supported")
+	}
+	return nil
+}
+
+// taskRequest is what RunTask and StartTask share.
+type taskRequest struct {
+	cluster, taskDefinition, group, startedBy string
+	overrides                                 *shapes.TaskOverride
+	tags                                      []shapes.Tag
+	count                                     int
+	networkConfiguration                      *shapes.NetworkConfiguration
+	// instances, for StartTask: place on exactly these.
+	instances []string
+	rules     placementRules
+}
+
+func (s *Service) RunTask(ctx context.Context, req *shapes.RunTaskRequest) (*shapes.RunTaskResponse, error) {
+	if len(req.CapacityProviderStrategy) > 0 {
+		return nil, fault.NotSupported("capacityProviderStrategy: placing tasks on managed-instances capacity providers is not available yet; RunTask places on the cluster's registered instances")
+	}
+	if req.LaunchType != "" && req.LaunchType != "EC2" {
+		return nil, fault.NotSupported("launchType: Capstan runs EC2-style tasks on registered instances (got %s)", req.LaunchType)
+	}
+	count := 1
+	if req.Count != nil {
+		count = int(*req.Count)
+		if count < 1 || count > 10 {
+			return nil, fault.Invalid("count", "must be between 1 and 10 (got %d)", count)
+		}
+	}
+	rules, err := parsePlacement(req.PlacementStrategy, req.PlacementConstraints)
+	if err != nil {
+		return nil, err
+	}
+	tasks, failures, err := s.startTasks(ctx, taskRequest{cluster: req.Cluster, taskDefinition: req.TaskDefinition, group: req.Group,
+		startedBy: req.StartedBy, overrides: req.Overrides, tags: req.Tags, count: count, networkConfiguration: req.NetworkConfiguration, rules: rules})
+	if err != nil {
+		return nil, err
+	}
+	return &shapes.RunTaskResponse{Tasks: tasks, Failures: failures}, nil
+}
+
+func (s *Service) StartTask(ctx context.Context, req *shapes.StartTaskRequest) (*shapes.StartTaskResponse, error) {
+	if len(req.ContainerInstances) == 0 || len(req.ContainerInstances) > 10 {
+		return nil, fault.Invalid("containerInstances", "must name 1 to 10 container instances")
+	}
+	tasks, failures, err := s.startTasks(ctx, taskRequest{cluster: req.Cluster, taskDefinition: req.TaskDefinition, group: req.Group,
+		startedBy: req.StartedBy, overrides: req.Overrides, tags: req.Tags, count: len(req.ContainerInstances),
+		networkConfiguration: req.NetworkConfiguration, instances: req.ContainerInstances})
+	if err != nil {
+		return nil, err
+	}
+	return &shapes.StartTaskResponse{Tasks: tasks, Failures: failures}, nil
+}
+
+// startTasks places and records tasks; everything is written in one
+// transaction with the instances' new remaining resources.
+func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task, []shapes.Failure, error) {
+	if r.networkConfiguration != nil {
+		return nil, nil, fault.NotSupported("networkConfiguration: the awsvpc network mode is not supported; use bridge, host or none")
+	}
+	if len(r.startedBy) > 36 {
+		return nil, nil, fault.Invalid("startedBy", "must be at most 36 characters")
+	}
+	if len(r.group) > 255 {
+		return nil, nil, fault.Invalid("group", "must be at most 255 characters")
+	}
+	if err := taskdef.CheckTags("tags", r.tags); err != nil {
+		return nil, nil, err
+	}
+	var tasks []shapes.Task
+	var failures []shapes.Failure
+	err := retry(ctx, func() error {
+		tasks, failures = []shapes.Task{}, []shapes.Failure{}
+		cl, err := s.activeCluster(ctx, "cluster", r.cluster)
+		if err != nil {
+			return err
+		}
+		cluster := cl.Value.ClusterName
+		td, err := s.activeTaskDefinition(ctx, "taskDefinition", r.taskDefinition)
+		if err != nil {
+			return err
+		}
+		def := td.Value.TaskDefinition
+		if err := checkOverrides(def, r.overrides); err != nil {
+			return err
+		}
+		n, err := taskNeed(def, r.overrides)
+		if err != nil {
+			return err
+		}
+		group := r.group
+		if group == "" {
+			group = "family:" + def.Family
+		}
+		cands, instances, err := s.candidates(ctx, cluster, group, r.instances)
+		if err != nil {
+			return err
+		}
+		if len(cands) == 0 {
+			return fault.Invalid("cluster", "No Container Instances were found in your cluster.")
+		}
+		tx := s.st.Txn().Unchanged(cl.Key, cl.Rev).Unchanged(td.Key, td.Rev)
+		touched := map[string]bool{}
+		rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		for i := range r.count {
+			pool := cands
+			if r.instances != nil {
+				pool = []*candidate{cands[i]}
+			}
+			c, why := place(pool, n, r.rules, rnd)
+			if c == nil {
+				failures = append(failures, shapes.Failure{Arn: s.arns.containerInstance(cluster, pool[0].id), Reason: why})
+				if r.instances == nil {
+					failures[len(failures)-1].Arn = ""
+				}
+				continue
+			}
+			c.cpu -= n.cpu
+			c.mem -= n.mem
+			for _, p := range n.ports {
+				c.taken[p] = true
+			}
+			c.groupTasks++
+			touched[c.id] = true
+			t, desired := s.newTask(cluster, cl.Value.ClusterArn, instances[c.id].Value, td.Value, group, r, n)
+			tx.Create(store.TaskKey(cluster, t.ID), t)
+			tx.Create(store.DesiredKey(cluster, c.id, t.ID), desired)
+			tasks = append(tasks, s.taskView(t, true))
+		}
+		for id := range touched {
+			it := instances[id]
+			ci := it.Value
+			c := cands[slices.IndexFunc(cands, func(c *candidate) bool { return c.id == id })]
+			rem := readResources(ci.RemainingResources)
+			rem.cpu, rem.memory = c.cpu, c.mem
+			for p := range c.taken {
+				if !slices.Contains(rem.ports, p) {
+					rem.ports = append(rem.ports, p)
+				}
+			}
+			slices.Sort(rem.ports)
+			ci.RemainingResources = rem.shapes()
+			*ci.Version++
+			tx.Update(it.Key, it.Rev, ci)
+		}
+		_, err = tx.Commit(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return tasks, failures, nil
+}
+
+// candidates are the instances that can take new tasks: ACTIVE, with a
+// connected agent (or exactly the named ones for StartTask).
+func (s *Service) candidates(ctx context.Context, cluster, group string, named []string) ([]*candidate, map[string]store.Item[store.ContainerInstance], error) {
+	items, _, err := store.List[store.ContainerInstance](ctx, s.st, store.ContainerInstancePrefix(cluster), "", 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	byID := map[string]store.Item[store.ContainerInstance]{}
+	for _, it := range items {
+		byID[it.Value.ID] = it
+	}
+	var ids []string
+	if named != nil {
+		for i, ref := range named {
+			id, err := s.instanceID(fieldIndex("containerInstances", i), cluster, ref)
+			if err != nil {
+				return nil, nil, err
+			}
+			it, ok := byID[id]
+			if !ok || it.Value.Status != "ACTIVE" {
+				return nil, nil, fault.Invalid(fieldIndex("containerInstances", i), "container instance %s is not ACTIVE in cluster %q", id, cluster)
+			}
+			ids = append(ids, id)
+		}
+	} else {
+		for _, it := range items {
+			if it.Value.Status != "ACTIVE" {
+				continue
+			}
+			if _, err := store.Get[store.Session](ctx, s.st, store.SessionKey(cluster, it.Value.ID)); err != nil {
+				continue // agent not connected
+			}
+			ids = append(ids, it.Value.ID)
+		}
+	}
+	var cands []*candidate
+	for _, id := range ids {
+		ci := byID[id].Value
+		rem := readResources(ci.RemainingResources)
+		c := &candidate{id: id, cpu: rem.cpu, mem: rem.memory, taken: map[string]bool{}, attributes: attributeMap(ci)}
+		for _, p := range rem.ports {
+			c.taken[p] = true
+		}
+		desired, _, err := store.List[protocol.Task](ctx, s.st, store.DesiredPrefix(cluster, id), "", 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, d := range desired {
+			c.tasks++
+			if d.Value.Group == group {
+				c.groupTasks++
+			}
+		}
+		cands = append(cands, c)
+	}
+	return cands, byID, nil
+}
+
+// newTask builds the task record and the desired entry its agent reads.
+func (s *Service) newTask(cluster, clusterArn string, ci store.ContainerInstance, td store.TaskDefinition, group string, r taskRequest, n need) (store.Task, protocol.Task) {
+	id := newInstanceID()
+	now := s.now()
+	t := store.Task{ID: id, Cluster: cluster, InstanceID: ci.ID, Kind: protocol.KindStandalone,
+		Reserved: &store.Reservation{CPU: n.cpu, Memory: n.mem, Ports: n.ports}}
+	if strings.HasPrefix(r.startedBy, "ecs-svc/") {
+		t.Kind = protocol.KindService
+	}
+	t.TaskArn = s.arns.task(cluster, id)
+	t.ClusterArn = clusterArn
+	t.ContainerInstanceArn = ci.ContainerInstanceArn
+	t.TaskDefinitionArn = td.TaskDefinitionArn
+	t.LastStatus = "PROVISIONING"
+	t.DesiredStatus = "RUNNING"
+	t.CreatedAt = shapes.At(now)
+	t.LaunchType = "EC2"
+	t.CapacityProviderName = ci.CapacityProviderName
+	t.Group = group
+	t.StartedBy = r.startedBy
+	t.Tags = r.tags
+	t.Version = ptr(int64(1))
+	t.Cpu = strconv.Itoa(n.cpu)
+	t.Memory = strconv.Itoa(n.mem)
+	t.AvailabilityZone = "local"
+	t.Overrides = r.overrides
+	if t.Overrides == nil {
+		t.Overrides = &shapes.TaskOverride{ContainerOverrides: []shapes.ContainerOverride{}}
+	}
+	for _, c := range td.ContainerDefinitions {
+		sc := shapes.Container{ContainerArn: s.arns.container(cluster, id, newInstanceID()), TaskArn: t.TaskArn,
+			Name: c.Name, Image: c.Image, LastStatus: "PENDING", NetworkBindings: []shapes.NetworkBinding{}}
+		if c.Cpu != nil {
+			sc.Cpu = strconv.Itoa(int(*c.Cpu))
+		}
+		if c.Memory != nil {
+			sc.Memory = strconv.Itoa(int(*c.Memory))
+		}
+		if c.MemoryReservation != nil {
+			sc.MemoryReservation = strconv.Itoa(int(*c.MemoryReservation))
+		}
+		t.Containers = append(t.Containers, sc)
+	}
+	desired := protocol.Task{Arn: t.TaskArn, ClusterArn: clusterArn, ContainerInstanceArn: ci.ContainerInstanceArn, Kind: t.Kind,
+		Group: group, StartedBy: r.startedBy, DesiredStatus: "RUNNING", Definition: td.TaskDefinition, Overrides: r.overrides,
+		Tags: r.tags, CreatedAt: now, Version: 1}
+	return t, desired
+}
+
+// taskView is the API view of a stored task.
+func (s *Service) taskView(t store.Task, tags bool) shapes.Task {
+	v := t.Task
+	if !tags {
+		v.Tags = nil
+	}
+	if v.Containers == nil {
+		v.Containers = []shapes.Container{}
+	}
+	return v
+}
+
+func (s *Service) StopTask(ctx context.Context, req *shapes.StopTaskRequest) (*shapes.StopTaskResponse, error) {
+	if len(req.Reason) > 1024 {
+		return nil, fault.Invalid("reason", "must be at most 1024 characters")
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = "Task stopped by user"
+	}
+	var out store.Task
+	err := retry(ctx, func() error {
+		cl, err := s.activeCluster(ctx, "cluster", req.Cluster)
+		if err != nil {
+			return err
+		}
+		id, err := s.taskID("task", cl.Value.ClusterName, req.Task)
+		if err != nil {
+			return err
+		}
+		it, err := store.Get[store.Task](ctx, s.st, store.TaskKey(cl.Value.ClusterName, id))
+		if errors.Is(err, store.ErrNotFound) {
+			return fault.Invalid("task", "task %s not found in cluster %q", id, cl.Value.ClusterName)
+		}
+		if err != nil {
+			return err
+		}
+		if it.Value.DesiredStatus == "STOPPED" {
+			out = it.Value
+			return nil
+		}
+		tx := s.st.Txn()
+		if err := s.stopTaskTxn(ctx, tx, it, "UserInitiated", reason); err != nil {
+			return err
+		}
+		if _, err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		cur, err := store.Get[store.Task](ctx, s.st, it.Key)
+		out = cur.Value
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	v := s.taskView(out, false)
+	return &shapes.StopTaskResponse{Task: &v}, nil
+}
+
+// stopTaskTxn sets a task's desired status to STOPPED in tx, both on the
+// task and on the desired entry its agent reads. A task whose instance is
+// gone is stopped outright.
+func (s *Service) stopTaskTxn(ctx context.Context, tx *store.Txn, it store.Item[store.Task], code, reason string) error {
+	t := it.Value
+	t.DesiredStatus = "STOPPED"
+	if t.StopCode == "" {
+		t.StopCode, t.StoppedReason = code, reason
+	}
+	*t.Version++
+	dkey := store.DesiredKey(t.Cluster, t.InstanceID, t.ID)
+	d, err := store.Get[protocol.Task](ctx, s.st, dkey)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// No agent will act on it: it is stopped now.
+		s.markStopped(&t)
+	case err != nil:
+		return err
+	default:
+		dt := d.Value
+		dt.DesiredStatus, dt.StopCode, dt.StoppedReason = "STOPPED", t.StopCode, t.StoppedReason
+		dt.Version++
+		tx.Update(dkey, d.Rev, dt)
+	}
+	tx.Update(it.Key, it.Rev, t)
+	return nil
+}
+
+func (s *Service) markStopped(t *store.Task) {
+	now := shapes.At(s.now())
+	t.LastStatus = "STOPPED"
+	if t.StoppedAt.IsZero() {
+		t.StoppedAt = now
+	}
+	if t.StoppingAt.IsZero() {
+		t.StoppingAt = now
+	}
+	for i := range t.Containers {
+		if t.Containers[i].LastStatus != "STOPPED" {
+			t.Containers[i].LastStatus = "STOPPED"
+		}
+	}
+}
+
+func (s *Service) DescribeTasks(ctx context.Context, req *shapes.DescribeTasksRequest) (*shapes.DescribeTasksResponse, error) {
+	cl, err := s.activeCluster(ctx, "cluster", req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.Tasks) == 0 || len(req.Tasks) > 100 {
+		return nil, fault.Invalid("tasks", "must name 1 to 100 tasks")
+	}
+	out := &shapes.DescribeTasksResponse{Tasks: []shapes.Task{}, Failures: []shapes.Failure{}}
+	for i, ref := range req.Tasks {
+		id, err := s.taskID(fieldIndex("tasks", i), cl.Value.ClusterName, ref)
+		if err != nil {
+			return nil, err
+		}
+		it, err := store.Get[store.Task](ctx, s.st, store.TaskKey(cl.Value.ClusterName, id))
+		if errors.Is(err, store.ErrNotFound) {
+			out.Failures = append(out.Failures, shapes.Failure{Arn: s.arns.task(cl.Value.ClusterName, id), Reason: "MISSING"})
+			continue
+		}
+		if err != nil {
+			return nil, storeErr(err)
+		}
+		out.Tasks = append(out.Tasks, s.taskView(it.Value, slices.Contains(req.Include, "TAGS")))
+	}
+	return out, nil
+}
+
+func (s *Service) ListTasks(ctx context.Context, req *shapes.ListTasksRequest) (*shapes.ListTasksResponse, error) {
+	cl, err := s.activeCluster(ctx, "cluster", req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	cluster := cl.Value.ClusterName
+	instance := ""
+	if req.ContainerInstance != "" {
+		if instance, err = s.instanceID("containerInstance", cluster, req.ContainerInstance); err != nil {
+			return nil, err
+		}
+	}
+	desired := req.DesiredStatus
+	if desired == "" {
+		desired = "RUNNING"
+	}
+	if req.ServiceName != "" {
+		return nil, fault.Missing("ServiceNotFoundException", "service %q not found", req.ServiceName)
+	}
+	if req.LaunchType != "" && req.LaunchType != "EC2" {
+		return &shapes.ListTasksResponse{TaskArns: []string{}}, nil
+	}
+	scope := store.TaskPrefix(cluster) + "\x00" + requestHash([]any{instance, req.Family, req.StartedBy, desired, req.DaemonName})
+	p, err := newPage(req.MaxResults, req.NextToken, scope, 100)
+	if err != nil {
+		return nil, err
+	}
+	out := &shapes.ListTasksResponse{TaskArns: []string{}}
+	after := p.after
+	for {
+		items, more, err := store.List[store.Task](ctx, s.st, store.TaskPrefix(cluster), after, p.limit-len(out.TaskArns))
+		if err != nil {
+			return nil, storeErr(err)
+		}
+		for _, it := range items {
+			after = it.Key
+			t := it.Value
+			switch {
+			case instance != "" && t.InstanceID != instance,
+				req.StartedBy != "" && t.StartedBy != req.StartedBy,
+				req.Family != "" && !strings.Contains(t.TaskDefinitionArn, ":task-definition/"+req.Family+":"),
+				req.DaemonName != "" && t.Group != "daemon:"+req.DaemonName,
+				!desiredMatches(desired, t):
+				continue
+			}
+			out.TaskArns = append(out.TaskArns, t.TaskArn)
+		}
+		if !more || len(out.TaskArns) == p.limit {
+			out.NextToken = nextToken(scope, after, more)
+			return out, nil
+		}
+	}
+}
+
+// desiredMatches applies ListTasks' desiredStatus filter; PENDING means
+// desired RUNNING but not yet running.
+func desiredMatches(filter string, t store.Task) bool {
+	switch filter {
+	case "PENDING":
+		return t.DesiredStatus == "RUNNING" && t.LastStatus != "RUNNING"
+	default:
+		return t.DesiredStatus == filter
+	}
+}
+
+// activeTaskDefinition resolves a task definition new tasks may use.
+func (s *Service) activeTaskDefinition(ctx context.Context, field, ref string) (store.Item[store.TaskDefinition], error) {
+	it, err := s.taskDefinition(ctx, field, ref)
+	if err != nil {
+		return it, err
+	}
+	if it.Value.Status != "ACTIVE" {
+		return it, fault.ClientError("%s: task definition %s is %s; new tasks need an ACTIVE revision", field, it.Value.TaskDefinitionArn, it.Value.Status)
+	}
+	return it, nil
+}

@@ -1,0 +1,347 @@
+// Package gateway serves agent sessions: one websocket per instance, over
+// which the server pushes the instance's desired tasks and writes back the
+// task states the agent reports. Liveness is an etcd lease per session,
+// renewed by agent heartbeats, so a silent agent is noticed without an etcd
+// write per heartbeat.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/capstanhq/capstan/internal/api"
+	"github.com/capstanhq/capstan/internal/auth"
+	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// Gateway accepts agent sessions.
+type Gateway struct {
+	svc      *control.Service
+	st       *store.Store
+	verifier api.Verifier
+	log      *slog.Logger
+	server   string
+	now      func() time.Time
+
+	mu       sync.Mutex
+	sessions map[string]*session // by cluster/instance
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	connected prometheus.Gauge
+	states    prometheus.Counter
+}
+
+// New returns a gateway; Close ends every session.
+func New(svc *control.Service, st *store.Store, v api.Verifier, serverID string, log *slog.Logger) *Gateway {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Gateway{svc: svc, st: st, verifier: v, log: log, server: serverID, now: time.Now,
+		sessions: map[string]*session{}, ctx: ctx, cancel: cancel,
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "capstan_agent_sessions", Help: "Agent sessions connected to this server."}),
+		states:    prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_agent_task_states_total", Help: "Task states written from agent reports."}),
+	}
+}
+
+// Collectors returns the gateway's metrics.
+func (g *Gateway) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{g.connected, g.states}
+}
+
+// Close ends all sessions and waits for them.
+func (g *Gateway) Close() {
+	g.mu.Lock()
+	g.cancel()
+	g.mu.Unlock()
+	g.wg.Wait()
+}
+
+// enter counts a session in, unless the gateway is closing.
+func (g *Gateway) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ctx.Err() != nil {
+		return false
+	}
+	g.wg.Add(1)
+	return true
+}
+
+type session struct {
+	conn     *websocket.Conn
+	cluster  string
+	instance string
+	cancel   context.CancelFunc
+	out      chan protocol.Message
+}
+
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p, err := g.verifier.Verify(r.Context(), r, nil)
+	if err != nil {
+		var ae *auth.Error
+		if errors.As(err, &ae) {
+			w.Header().Set("X-Amzn-ErrorType", ae.Code)
+			http.Error(w, ae.Code+": "+ae.Message, http.StatusForbidden)
+			return
+		}
+		http.Error(w, "could not authenticate", http.StatusInternalServerError)
+		return
+	}
+	if p.Role != auth.RoleAgent {
+		http.Error(w, "AccessDeniedException: only agent credentials open sessions", http.StatusForbidden)
+		return
+	}
+	if !g.enter() {
+		http.Error(w, "server is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	defer g.wg.Done()
+	conn, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	conn.SetReadLimit(8 << 20)
+	ctx, cancel := context.WithCancel(g.ctx)
+	defer cancel()
+	err = g.serve(ctx, conn, p)
+	switch {
+	case err == nil || errors.Is(err, context.Canceled):
+		conn.Close(websocket.StatusGoingAway, "server closing the session")
+	default:
+		g.log.Info("agent session ended", "agent", p.AccessKeyID, "err", err)
+		conn.Close(websocket.StatusPolicyViolation, truncate(err.Error(), 120))
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func (g *Gateway) serve(ctx context.Context, conn *websocket.Conn, p auth.Principal) error {
+	hctx, hcancel := context.WithTimeout(ctx, protocol.SilenceLimit)
+	msg, err := read(hctx, conn)
+	hcancel()
+	if err != nil {
+		return fmt.Errorf("waiting for hello: %w", err)
+	}
+	if msg.Type != protocol.TypeHello || msg.Hello == nil {
+		return errors.New("the first message must be a hello")
+	}
+	hello := msg.Hello
+	cluster, id, ok := g.svc.ParseInstanceArn(hello.ContainerInstanceArn)
+	if !ok {
+		return refuse(ctx, conn, "InvalidParameter", "hello.containerInstanceArn is not a container instance ARN")
+	}
+	if p.InstanceID != id {
+		return refuse(ctx, conn, "AccessDenied", "this credential is bound to another container instance")
+	}
+	ci, err := g.svc.Instance(ctx, cluster, id)
+	if err != nil {
+		return refuse(ctx, conn, "InstanceNotFound", "container instance is not registered")
+	}
+	if ci.Status == "INACTIVE" {
+		return refuse(ctx, conn, "InstanceInactive", "container instance was deregistered")
+	}
+	lease, err := g.st.Grant(ctx, protocol.SilenceLimit)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		lease.Revoke(rctx)
+		cancel()
+	}()
+	if _, err := g.st.Txn().PutWithLease(store.SessionKey(cluster, id), store.Session{Server: g.server, ConnectedAt: g.now()}, lease).Commit(ctx); err != nil {
+		return err
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	s := &session{conn: conn, cluster: cluster, instance: id, cancel: scancel, out: make(chan protocol.Message, 16)}
+	g.claim(s)
+	defer g.release(s)
+	g.connected.Inc()
+	defer g.connected.Dec()
+	g.log.Info("agent connected", "instance", hello.ContainerInstanceArn, "agent_version", hello.AgentVersion, "manifest_seq", hello.ManifestSeq)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Add(3)
+	go func() { defer wg.Done(); errs <- g.write(sctx, s) }()
+	go func() { defer wg.Done(); errs <- g.pushManifests(sctx, s) }()
+	go func() { defer wg.Done(); errs <- g.receive(sctx, s, lease) }()
+	err = <-errs
+	scancel()
+	wg.Wait()
+	return err
+}
+
+// claim makes s the instance's session on this server, ending an older one.
+func (g *Gateway) claim(s *session) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	key := s.cluster + "/" + s.instance
+	if old := g.sessions[key]; old != nil {
+		old.cancel()
+	}
+	g.sessions[key] = s
+}
+
+func (g *Gateway) release(s *session) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	key := s.cluster + "/" + s.instance
+	if g.sessions[key] == s {
+		delete(g.sessions, key)
+	}
+}
+
+func refuse(ctx context.Context, conn *websocket.Conn, code, message string) error {
+	send(ctx, conn, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: code, Message: message}})
+	return fmt.Errorf("%s: %s", code, message)
+}
+
+func read(ctx context.Context, conn *websocket.Conn) (protocol.Message, error) {
+	var m protocol.Message
+	_, b, err := conn.Read(ctx)
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	return m, nil
+}
+
+var errMalformed = errors.New("malformed message")
+
+func send(ctx context.Context, conn *websocket.Conn, m protocol.Message) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return conn.Write(wctx, websocket.MessageText, b)
+}
+
+// write sends queued messages and heartbeats.
+func (g *Gateway) write(ctx context.Context, s *session) error {
+	tick := time.NewTicker(protocol.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case m := <-s.out:
+			if err := send(ctx, s.conn, m); err != nil {
+				return err
+			}
+		case <-tick.C:
+			if err := send(ctx, s.conn, protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: g.now()}}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (s *session) queue(ctx context.Context, m protocol.Message) error {
+	select {
+	case s.out <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// pushManifests sends the instance's desired tasks now and after every change.
+func (g *Gateway) pushManifests(ctx context.Context, s *session) error {
+	sub := g.st.Subscribe(store.DesiredPrefix(s.cluster, s.instance))
+	defer sub.Close()
+	instSub := g.st.Subscribe(store.ContainerInstanceKey(s.cluster, s.instance))
+	defer instSub.Close()
+	go func() {
+		// A deregistered instance loses its session.
+		for {
+			if _, _, err := instSub.Next(ctx); err != nil {
+				return
+			}
+			ci, err := g.svc.Instance(ctx, s.cluster, s.instance)
+			if err == nil && ci.Status == "INACTIVE" || errors.Is(err, store.ErrNotFound) {
+				s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "InstanceInactive", Message: "container instance was deregistered"}})
+				time.Sleep(100 * time.Millisecond)
+				s.cancel()
+				return
+			}
+		}
+	}()
+	for {
+		m, err := g.svc.Manifest(ctx, s.cluster, s.instance)
+		if err != nil {
+			return err
+		}
+		if err := s.queue(ctx, protocol.Message{Type: protocol.TypeManifest, Manifest: &m}); err != nil {
+			return err
+		}
+		if _, _, err := sub.Next(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// receive handles what the agent sends; any message proves it alive.
+func (g *Gateway) receive(ctx context.Context, s *session, lease *store.Lease) error {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, protocol.SilenceLimit)
+		m, err := read(rctx, s.conn)
+		cancel()
+		if errors.Is(err, errMalformed) {
+			g.log.Warn("malformed agent message", "instance", s.instance, "err", err)
+			s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "MalformedMessage", Message: truncate(err.Error(), 200)}})
+			continue
+		}
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				return fmt.Errorf("agent silent for %s", protocol.SilenceLimit)
+			}
+			if errors.Is(err, io.EOF) || websocket.CloseStatus(err) != -1 {
+				return nil
+			}
+			return err
+		}
+		if err := lease.Renew(ctx); err != nil {
+			return fmt.Errorf("session lease lost: %w", err)
+		}
+		switch m.Type {
+		case protocol.TypeHeartbeat, protocol.TypeManifestAck:
+		case protocol.TypeStateChange:
+			if m.StateChange == nil {
+				s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "MalformedMessage", Message: "stateChange without body"}})
+				continue
+			}
+			if err := g.svc.ApplyTaskStates(ctx, s.cluster, s.instance, m.StateChange.Tasks); err != nil {
+				return fmt.Errorf("write task states: %w", err)
+			}
+			g.states.Add(float64(len(m.StateChange.Tasks)))
+			if err := s.queue(ctx, protocol.Message{Type: protocol.TypeStateAck, StateAck: &protocol.StateAck{ID: m.StateChange.ID}}); err != nil {
+				return err
+			}
+		default:
+			s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "UnknownMessage", Message: "unknown message type " + truncate(m.Type, 40)}})
+		}
+	}
+}
