@@ -1,0 +1,451 @@
+// Package session is the agent's side of its session with the control
+// plane: it keeps a websocket open (reconnecting with jittered exponential
+// back-off), persists each manifest before acknowledging it and hands it to
+// the engine, and reports the engine's task states in numbered batches that
+// are persisted first and resent until the server acknowledges them.
+package session
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/capstanhq/capstan/internal/agent/state"
+	"github.com/capstanhq/capstan/internal/protocol"
+)
+
+// Store is the durable part of the session.
+type Store interface {
+	PutManifest(seq uint64, data []byte) error
+	Manifest() (uint64, []byte, error)
+	AppendBatch(id uint64, data []byte) error
+	Batches() ([]state.Batch, error)
+	AckThrough(id uint64) error
+	LastBatchID() (uint64, error)
+}
+
+// Engine runs the tasks.
+type Engine interface {
+	SetDesired([]protocol.Task)
+	Changes() <-chan protocol.TaskState
+}
+
+// Config wires a Client.
+type Config struct {
+	Endpoint     string // http(s)://host:port of the server
+	AccessKeyID  string
+	SecretKey    string
+	Region       string
+	InstanceArn  string
+	AgentVersion string
+	Store        Store
+	Engine       Engine
+	HTTPClient   *http.Client
+	Log          *slog.Logger
+	// BatchDelay gathers state changes for this long before persisting a
+	// batch (default 50ms).
+	BatchDelay time.Duration
+	// MinBackoff and MaxBackoff bound reconnect waits (250ms, 30s).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Client maintains the session.
+type Client struct {
+	cfg     Config
+	batches chan struct{} // a new batch was persisted
+	mu      sync.Mutex
+	firstAt map[uint64]time.Time // batch id → when its oldest change happened
+
+	Reconnects prometheus.Counter
+	AckLatency prometheus.Histogram
+	Connected  prometheus.Gauge
+}
+
+// New returns a client; Run drives it.
+func New(cfg Config) *Client {
+	if cfg.BatchDelay == 0 {
+		cfg.BatchDelay = 50 * time.Millisecond
+	}
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff = 250 * time.Millisecond
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = http.DefaultClient
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Client{cfg: cfg, batches: make(chan struct{}, 1), firstAt: map[uint64]time.Time{},
+		Reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_agent_session_reconnects_total", Help: "Sessions opened after the first."}),
+		AckLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "capstan_agent_state_change_seconds",
+			Help: "Time from a task state change to the server's acknowledgement.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		Connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "capstan_agent_session_connected", Help: "1 while the session is open."}),
+	}
+}
+
+// Collectors returns the session's metrics.
+func (c *Client) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{c.Reconnects, c.AckLatency, c.Connected}
+}
+
+// Run restores the last manifest, then keeps the session up until ctx ends.
+func (c *Client) Run(ctx context.Context) error {
+	if seq, data, err := c.cfg.Store.Manifest(); err != nil {
+		return fmt.Errorf("read stored manifest: %w", err)
+	} else if data != nil {
+		var m protocol.Manifest
+		if err := json.Unmarshal(data, &m); err == nil {
+			c.cfg.Log.Info("resuming from stored manifest", "seq", seq, "tasks", len(m.Tasks))
+			c.cfg.Engine.SetDesired(m.Tasks)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.collect(ctx)
+	}()
+	defer wg.Wait()
+
+	backoff := c.cfg.MinBackoff
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			c.Reconnects.Inc()
+		}
+		started := time.Now()
+		err := c.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(started) > 2*c.cfg.MaxBackoff {
+			backoff = c.cfg.MinBackoff // a long healthy session resets the back-off
+		}
+		// Full jitter: agents that lost the same server do not return in lockstep.
+		wait := time.Duration(rand.Int64N(int64(backoff))) + c.cfg.MinBackoff/2
+		c.cfg.Log.Warn("session ended; reconnecting", "err", err, "in", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, c.cfg.MaxBackoff)
+	}
+}
+
+// collect turns engine changes into persisted batches, whether or not a
+// session is open, keeping the latest state per task within a batch.
+func (c *Client) collect(ctx context.Context) {
+	changes := c.cfg.Engine.Changes()
+	var pending []protocol.TaskState
+	var oldest time.Time
+	var timer <-chan time.Time
+	flush := func() {
+		if len(pending) == 0 {
+			return
+		}
+		for {
+			if err := c.persist(pending, oldest); err != nil {
+				c.cfg.Log.Error("persist task states; retrying", "err", err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+					continue
+				}
+			}
+			break
+		}
+		pending, timer = nil, nil
+		select {
+		case c.batches <- struct{}{}:
+		default:
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			flush()
+			return
+		case st, ok := <-changes:
+			if !ok {
+				flush()
+				return
+			}
+			if len(pending) == 0 {
+				oldest = time.Now()
+				timer = time.After(c.cfg.BatchDelay)
+			}
+			replaced := false
+			for i := range pending {
+				if pending[i].Arn == st.Arn {
+					pending[i], replaced = st, true
+				}
+			}
+			if !replaced {
+				pending = append(pending, st)
+			}
+		case <-timer:
+			flush()
+		}
+	}
+}
+
+func (c *Client) persist(states []protocol.TaskState, oldest time.Time) error {
+	last, err := c.cfg.Store.LastBatchID()
+	if err != nil {
+		return err
+	}
+	id := last + 1
+	data, err := json.Marshal(protocol.StateChange{ID: id, Tasks: states})
+	if err != nil {
+		return err
+	}
+	if err := c.cfg.Store.AppendBatch(id, data); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.firstAt[id] = oldest
+	c.mu.Unlock()
+	return nil
+}
+
+// dial opens the websocket with a SigV4-signed upgrade request.
+func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
+	u := strings.TrimRight(c.cfg.Endpoint, "/") + protocol.Path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	empty := sha256.Sum256(nil)
+	err = v4.NewSigner().SignHTTP(ctx, aws.Credentials{AccessKeyID: c.cfg.AccessKeyID, SecretAccessKey: c.cfg.SecretKey},
+		req, hex.EncodeToString(empty[:]), "ecs", c.cfg.Region, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("sign session request: %w", err)
+	}
+	h := http.Header{}
+	for _, k := range []string{"Authorization", "X-Amz-Date"} {
+		h.Set(k, req.Header.Get(k))
+	}
+	wsURL := "ws" + strings.TrimPrefix(u, "http")
+	conn, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: c.cfg.HTTPClient, HTTPHeader: h})
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("open session: %s: %w", resp.Status, err)
+		}
+		return nil, fmt.Errorf("open session: %w", err)
+	}
+	conn.SetReadLimit(64 << 20)
+	return conn, nil
+}
+
+func (c *Client) session(ctx context.Context) error {
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	conn, err := c.dial(dctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer conn.CloseNow()
+	seq, _, err := c.cfg.Store.Manifest()
+	if err != nil {
+		return err
+	}
+	acked, err := c.cfg.Store.LastBatchID()
+	if err != nil {
+		return err
+	}
+	if err := write(ctx, conn, protocol.Message{Type: protocol.TypeHello, Hello: &protocol.Hello{ProtocolVersion: protocol.Version,
+		ContainerInstanceArn: c.cfg.InstanceArn, AgentVersion: c.cfg.AgentVersion, ManifestSeq: seq, StateID: acked}}); err != nil {
+		return err
+	}
+	c.Connected.Set(1)
+	defer c.Connected.Set(0)
+	c.cfg.Log.Info("session open", "endpoint", c.cfg.Endpoint, "manifest_seq", seq)
+
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	out := make(chan protocol.Message, 16)
+	errs := make(chan error, 3)
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); errs <- c.writer(sctx, conn, out) }()
+	go func() { defer wg.Done(); errs <- c.sender(sctx, out) }()
+	go func() { defer wg.Done(); errs <- c.reader(sctx, conn, out) }()
+	err = <-errs
+	scancel()
+	conn.Close(websocket.StatusNormalClosure, "")
+	wg.Wait()
+	return err
+}
+
+func write(ctx context.Context, conn *websocket.Conn, m protocol.Message) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return conn.Write(wctx, websocket.MessageText, b)
+}
+
+// writer sends queued messages and heartbeats.
+func (c *Client) writer(ctx context.Context, conn *websocket.Conn, out <-chan protocol.Message) error {
+	tick := time.NewTicker(protocol.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-out:
+			if err := write(ctx, conn, m); err != nil {
+				return err
+			}
+		case <-tick.C:
+			if err := write(ctx, conn, protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: time.Now()}}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// sender sends every unacknowledged batch, again after each reconnect, and
+// new batches as they are persisted. Resending is safe: the server ignores
+// states it has already written.
+func (c *Client) sender(ctx context.Context, out chan<- protocol.Message) error {
+	var sent uint64
+	for {
+		batches, err := c.cfg.Store.Batches()
+		if err != nil {
+			return err
+		}
+		for _, b := range batches {
+			if b.ID <= sent {
+				continue
+			}
+			var sc protocol.StateChange
+			if err := json.Unmarshal(b.Data, &sc); err != nil {
+				c.cfg.Log.Error("dropping unreadable state batch", "id", b.ID, "err", err)
+				c.cfg.Store.AckThrough(b.ID)
+				continue
+			}
+			select {
+			case out <- protocol.Message{Type: protocol.TypeStateChange, StateChange: &sc}:
+				sent = b.ID
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.batches:
+		case <-time.After(5 * time.Second):
+			// Unacknowledged batches are resent if the server dropped them.
+			sent = 0
+		}
+	}
+}
+
+// reader handles what the server sends.
+func (c *Client) reader(ctx context.Context, conn *websocket.Conn, out chan<- protocol.Message) error {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, protocol.SilenceLimit)
+		_, b, err := conn.Read(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("server silent for %s", protocol.SilenceLimit)
+			}
+			return err
+		}
+		var m protocol.Message
+		if err := json.Unmarshal(b, &m); err != nil {
+			c.cfg.Log.Warn("ignoring malformed message from server", "err", err)
+			continue
+		}
+		switch m.Type {
+		case protocol.TypeHeartbeat:
+		case protocol.TypeManifest:
+			if m.Manifest == nil {
+				continue
+			}
+			if err := c.manifest(*m.Manifest); err != nil {
+				return err
+			}
+			select {
+			case out <- protocol.Message{Type: protocol.TypeManifestAck, ManifestAck: &protocol.ManifestAck{Seq: m.Manifest.Seq}}:
+			case <-ctx.Done():
+				return nil
+			}
+		case protocol.TypeStateAck:
+			if m.StateAck == nil {
+				continue
+			}
+			if err := c.cfg.Store.AckThrough(m.StateAck.ID); err != nil {
+				return err
+			}
+			c.observeAck(m.StateAck.ID)
+		case protocol.TypeError:
+			if m.Error != nil {
+				c.cfg.Log.Warn("server reported an error", "code", m.Error.Code, "message", m.Error.Message)
+				if m.Error.Code == "InstanceInactive" || m.Error.Code == "AccessDenied" {
+					return fmt.Errorf("%s: %s", m.Error.Code, m.Error.Message)
+				}
+			}
+		default:
+			c.cfg.Log.Warn("ignoring unknown message type", "type", m.Type)
+		}
+	}
+}
+
+// manifest persists a manifest, then hands it to the engine; an older one
+// than what is stored is ignored (it was superseded).
+func (c *Client) manifest(m protocol.Manifest) error {
+	stored, _, err := c.cfg.Store.Manifest()
+	if err != nil {
+		return err
+	}
+	if m.Seq < stored {
+		return nil
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := c.cfg.Store.PutManifest(m.Seq, data); err != nil {
+		return fmt.Errorf("persist manifest %d: %w", m.Seq, err)
+	}
+	c.cfg.Engine.SetDesired(m.Tasks)
+	return nil
+}
+
+func (c *Client) observeAck(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for bid, at := range c.firstAt {
+		if bid <= id {
+			c.AckLatency.Observe(time.Since(at).Seconds())
+			delete(c.firstAt, bid)
+		}
+	}
+}
