@@ -222,7 +222,7 @@ type verb struct {
 
 type action func(ctx context.Context, s *session, args []string) error
 
-var nouns = []*noun{clusterNoun(), capacityProviderNoun(), taskDefinitionNoun(), daemonTaskDefinitionNoun(), daemonNoun()}
+var nouns = []*noun{clusterNoun(), capacityProviderNoun(), taskDefinitionNoun(), daemonTaskDefinitionNoun(), daemonNoun(), agentCredentialNoun()}
 
 func findNoun(name string) *noun {
 	for _, n := range nouns {
