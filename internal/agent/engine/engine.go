@@ -412,6 +412,10 @@ func (e *Engine) applyDesired(ctx context.Context) {
 		}
 		in[d.Arn] = true
 		if t := e.tasks[d.Arn]; t != nil {
+			if d.DesiredStatus == StatusStopped {
+				// Count its resources as coming free in this very pass.
+				e.ledger.Releasing(d.Arn)
+			}
 			t.post(msgDesired{task: d})
 			continue
 		}
@@ -424,6 +428,7 @@ func (e *Engine) applyDesired(ctx context.Context) {
 	}
 	for arn, t := range e.tasks {
 		if !in[arn] {
+			e.ledger.Releasing(arn)
 			t.post(msgDesired{absent: true})
 		}
 	}
