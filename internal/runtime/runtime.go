@@ -43,7 +43,8 @@ type Runtime interface {
 	Events(ctx context.Context) (<-chan Event, <-chan error)
 	// Stats samples resource usage of a running container.
 	Stats(ctx context.Context, id string) (Stats, error)
-	// Logs returns the container's output (stdout and stderr interleaved).
+	// Logs returns the container's output (stdout and stderr interleaved),
+	// only the last tail lines if tail > 0.
 	Logs(ctx context.Context, id string, tail int) (io.ReadCloser, error)
 	// Exec runs a command in a running container and returns its exit code and output.
 	Exec(ctx context.Context, id string, cmd []string) (int, []byte, error)
@@ -170,6 +171,7 @@ const (
 	StateRunning    = "running"
 	StatePaused     = "paused"
 	StateRestarting = "restarting"
+	StateRemoving   = "removing"
 	StateExited     = "exited"
 	StateDead       = "dead"
 )
