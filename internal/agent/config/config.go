@@ -1,10 +1,3 @@
-// Package config is the agent's configuration: flags, environment variables
-// and an env file, read once at start into a typed, validated Config.
-//
-// Variables keep the Amazon ECS agent's names and defaults where the meaning
-// is the same, so an ECS operator's agent.env works unchanged. Precedence is
-// flag > environment > env file > default. Every bad value is reported at
-// start, all at once, naming the variable and the rule it broke.
 package config
 
 import (

@@ -12,6 +12,7 @@ package state
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -46,6 +47,7 @@ var (
 	keyManifestSeq  = []byte("manifest-seq")
 	keyBatchLast    = []byte("batch-last")
 	keyBatchAcked   = []byte("batch-acked")
+	keyMetadataKey  = []byte("metadata-key")
 	keyManifest     = []byte("current")
 )
 
@@ -331,6 +333,24 @@ func (d *DB) SetRegistration(r Registration) error {
 		}
 		return meta.Put(keyInstanceARN, []byte(r.InstanceARN))
 	})
+}
+
+// MetadataKey returns the key that makes task metadata endpoint tokens,
+// creating it on first use. Keeping it keeps the URIs in running
+// containers valid across agent restarts.
+func (d *DB) MetadataKey() ([]byte, error) {
+	var key []byte
+	err := d.update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keyMetadataKey); len(v) == 32 {
+			key = bytes.Clone(v)
+			return nil
+		}
+		key = make([]byte, 32)
+		rand.Read(key)
+		return meta.Put(keyMetadataKey, key)
+	})
+	return key, err
 }
 
 // --- manifest ---

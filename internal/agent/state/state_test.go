@@ -426,3 +426,23 @@ func TestConcurrentUse(t *testing.T) {
 		t.Errorf("batches = %d from %d", len(batches), batches[0].ID)
 	}
 }
+
+func TestMetadataKey(t *testing.T) {
+	db, path := openTemp(t)
+	k1, err := db.MetadataKey()
+	must(t, err)
+	if len(k1) != 32 {
+		t.Fatalf("key of %d bytes", len(k1))
+	}
+	db = reopen(t, db, path)
+	k2, err := db.MetadataKey()
+	must(t, err)
+	if !bytes.Equal(k1, k2) {
+		t.Error("the key changed across a restart")
+	}
+	other, _ := openTemp(t)
+	k3, _ := other.MetadataKey()
+	if bytes.Equal(k1, k3) {
+		t.Error("two databases share a key")
+	}
+}
