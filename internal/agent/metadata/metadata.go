@@ -114,7 +114,7 @@ type VolumeView struct {
 
 // Config wires a Server.
 type Config struct {
-	Source  Source
+	Source  Source // required to answer anything but 404
 	Runtime StatsSource
 	// Addr is the host:port containers use to reach the endpoint;
 	// HostAddr, when set, is the one for host-network containers.
@@ -309,7 +309,11 @@ func (s *Server) route(h func(http.ResponseWriter, *http.Request, request)) http
 				fmt.Sprintf("rate exceeded: this container may make %d requests per second (bursts of %d)", s.cfg.RPS, s.cfg.Burst))
 			return
 		}
-		t, ok := s.cfg.Source.Task(ep.task)
+		var t TaskView
+		ok := false
+		if s.cfg.Source != nil {
+			t, ok = s.cfg.Source.Task(ep.task)
+		}
 		if !ok {
 			s.Forget(ep.task)
 			s.metrics.notFound.Add(1)
