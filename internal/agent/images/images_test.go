@@ -454,3 +454,10 @@ func TestFromConfig(t *testing.T) {
 		t.Errorf("FromConfig = %+v", o)
 	}
 }
+
+// The task engine's ImageEnsurer, as internal/agent/engine declares it.
+var _ interface {
+	Ensure(ctx context.Context, image string, auth *runtime.RegistryAuth) (runtime.Image, error)
+} = (*Manager)(nil)
+
+var _ Store = (*state.DB)(nil)

@@ -411,3 +411,5 @@ func TestServe(t *testing.T) {
 		t.Errorf("Serve: %v", err)
 	}
 }
+
+var _ StatsSource = runtime.Runtime(nil)

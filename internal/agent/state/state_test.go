@@ -446,3 +446,10 @@ func TestMetadataKey(t *testing.T) {
 		t.Error("two databases share a key")
 	}
 }
+
+// The task engine's Store, as internal/agent/engine declares it.
+var _ interface {
+	PutTask(arn string, data []byte) error
+	DeleteTask(arn string) error
+	Tasks() (map[string][]byte, error)
+} = (*DB)(nil)
