@@ -22,6 +22,8 @@ func main() {
 	switch os.Args[1] {
 	case "server":
 		err = runServer(ctx, os.Args[2:])
+	case "agent":
+		err = runAgent(ctx, os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
@@ -38,8 +40,10 @@ const usage = `capstan: managed daemons on your own container fleet, through the
 
 Usage:
   capstan server [flags]        run the control plane (ECS API on etcd)
+  capstan agent [flags]         run the instance agent (tasks on Docker)
   capstan <noun> <verb> [flags] manage resources (cluster, capacity-provider,
-                                task-definition, daemon-task-definition, daemon)
+                                task-definition, daemon-task-definition, daemon,
+                                agent-credential)
 
 Run 'capstan server -h' or 'capstan <noun> -h' for details.
 `

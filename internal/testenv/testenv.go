@@ -29,11 +29,18 @@ type Server struct {
 // directory (or dataDir, to restart on existing state); it stops at cleanup.
 func StartServer(t testing.TB, dataDir string) *Server {
 	t.Helper()
+	return StartServerAt(t, dataDir, "127.0.0.1:0")
+}
+
+// StartServerAt is StartServer on a given listen address (to restart a
+// server where its agents expect it).
+func StartServerAt(t testing.TB, dataDir, listen string) *Server {
+	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
 	cfg := server.Config{
-		Listen:      "127.0.0.1:0",
+		Listen:      listen,
 		DataDir:     dataDir,
 		Region:      "us-east-1",
 		AccountID:   "123456789012",
@@ -63,7 +70,7 @@ func (s *Server) Stop() {
 func (s *Server) Restart(t testing.TB) *Server {
 	t.Helper()
 	s.Stop()
-	return StartServer(t, s.Config.DataDir)
+	return StartServerAt(t, s.Config.DataDir, s.Addr)
 }
 
 // ECS returns a real aws-sdk-go-v2 ECS client signed with the admin credential.

@@ -275,7 +275,8 @@ func (c *Client) session(ctx context.Context) error {
 		ContainerInstanceArn: c.cfg.InstanceArn, AgentVersion: c.cfg.AgentVersion, ManifestSeq: seq, StateID: acked}}); err != nil {
 		return err
 	}
-	c.Connected.Set(1)
+	// Connected goes to 1 with the first manifest: the server has accepted
+	// the session by then.
 	defer c.Connected.Set(0)
 	c.cfg.Log.Info("session open", "endpoint", c.cfg.Endpoint, "manifest_seq", seq)
 
@@ -392,6 +393,7 @@ func (c *Client) reader(ctx context.Context, conn *websocket.Conn, out chan<- pr
 			if err := c.manifest(*m.Manifest); err != nil {
 				return err
 			}
+			c.Connected.Set(1)
 			select {
 			case out <- protocol.Message{Type: protocol.TypeManifestAck, ManifestAck: &protocol.ManifestAck{Seq: m.Manifest.Seq}}:
 			case <-ctx.Done():

@@ -1,0 +1,279 @@
+// Package agent assembles the instance agent: it registers the instance,
+// runs the task engine on the container runtime, keeps the session to the
+// control plane, and serves the task metadata endpoint and /metrics.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+	"github.com/aws/smithy-go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/capstanhq/capstan/internal/agent/config"
+	"github.com/capstanhq/capstan/internal/agent/engine"
+	"github.com/capstanhq/capstan/internal/agent/images"
+	"github.com/capstanhq/capstan/internal/agent/metadata"
+	"github.com/capstanhq/capstan/internal/agent/resources"
+	"github.com/capstanhq/capstan/internal/agent/session"
+	"github.com/capstanhq/capstan/internal/agent/state"
+	"github.com/capstanhq/capstan/internal/runtime"
+	"github.com/capstanhq/capstan/internal/runtime/docker"
+)
+
+// Version is the agent version reported at registration.
+var Version = "0.1.0"
+
+// Options are the parts a caller may supply instead of the defaults.
+type Options struct {
+	Runtime runtime.Runtime // nil: the Docker Engine
+	Log     *slog.Logger
+	// Ready, when set, receives the metrics and metadata addresses once the
+	// agent has registered and is serving.
+	Ready func(Endpoints)
+}
+
+// Endpoints are where a running agent serves.
+type Endpoints struct {
+	InstanceArn string
+	Metrics     string
+	Metadata    string
+}
+
+// Run runs the agent until ctx ends. It never stops containers on its way
+// out: the next run adopts them.
+func Run(ctx context.Context, cfg config.Config, o Options) error {
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	}
+	if len(cfg.Ignored) > 0 {
+		log.Warn("ignoring unknown settings in the env file", "keys", cfg.Ignored)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	db, err := state.Open(filepath.Join(cfg.DataDir, state.FileName), state.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if r := db.Repair(); r != nil {
+		log.Warn("agent database was damaged and has been set aside; rebuilding from the runtime", "moved_to", r.MovedTo, "reason", r.Reason)
+	}
+
+	rt := o.Runtime
+	if rt == nil {
+		d, err := docker.New(docker.Options{})
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		rt = d
+	}
+	info, err := waitForRuntime(ctx, rt, log)
+	if err != nil {
+		return err
+	}
+	capacity := resources.Capacity{CPU: cfg.InstanceCPU, MemoryMiB: int(cfg.InstanceMemoryMiB),
+		ReservedMemoryMiB: int(cfg.ReservedMemoryMiB), ReservedPorts: cfg.ReservedPorts, ReservedPortsUDP: cfg.ReservedPortsUDP}
+	if capacity.CPU == 0 {
+		capacity.CPU = info.CPUs * 1024
+	}
+	if capacity.MemoryMiB == 0 {
+		capacity.MemoryMiB = int(info.MemoryBytes >> 20)
+	}
+
+	client := ecs.New(ecs.Options{Region: cfg.Region, BaseEndpoint: aws.String(cfg.Endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey.Reveal(), "")})
+	instanceArn, err := register(ctx, client, db, cfg, capacity, info, log)
+	if err != nil {
+		return err
+	}
+	log.Info("registered", "instance", instanceArn, "cpu", capacity.CPU, "memory_mib", capacity.AvailableMemoryMiB())
+
+	key, err := db.MetadataKey()
+	if err != nil {
+		return err
+	}
+	mdListener, err := net.Listen("tcp", cfg.MetadataAddr)
+	if err != nil {
+		return fmt.Errorf("task metadata endpoint on %s (CAPSTAN_METADATA_ADDR): %w", cfg.MetadataAddr, err)
+	}
+	if host, port, _ := net.SplitHostPort(cfg.MetadataAddr); port == "0" {
+		// Several agents on one host (local instances) each take a free port.
+		cfg.MetadataAddr = net.JoinHostPort(host, strconv.Itoa(mdListener.Addr().(*net.TCPAddr).Port))
+	}
+	src := &metadataSource{}
+	md := metadata.New(metadata.Config{Source: src, Runtime: rt, Addr: cfg.MetadataURIAddr("bridge"), HostAddr: cfg.MetadataURIAddr("host"),
+		Key: key, RPS: cfg.MetadataRPS, Burst: cfg.MetadataBurst, Log: log})
+	imgs := images.New(rt, db, images.FromConfig(cfg))
+	eng, err := engine.New(engine.Config{Runtime: rt, Store: db, Cluster: cfg.Cluster, ContainerInstanceArn: instanceArn,
+		Resources: capacity, StopTimeout: cfg.ContainerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
+		CleanupWait: cfg.TaskCleanupWait, DisablePrivileged: cfg.DisablePrivileged, Images: imgs, MetadataURI: md.URIFor,
+		VolumeDir: filepath.Join(cfg.DataDir, "volumes"), Log: log})
+	if err != nil {
+		return err
+	}
+	src.eng = eng
+	sess := session.New(session.Config{Endpoint: cfg.Endpoint, AccessKeyID: cfg.AccessKeyID, SecretKey: cfg.SecretAccessKey.Reveal(),
+		Region: cfg.Region, InstanceArn: instanceArn, AgentVersion: Version, Store: db, Engine: eng, Log: log})
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(sess.Collectors()...)
+	reg.MustRegister(engineCollector{eng}, imagesCollector{imgs})
+	metricsListener, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		mdListener.Close()
+		return fmt.Errorf("metrics on %s (CAPSTAN_METRICS_ADDR): %w", cfg.MetricsAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	metricsServer := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 5)
+	run := func(name string, fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(); err != nil && rctx.Err() == nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	run("engine", func() error { return eng.Run(rctx) })
+	run("session", func() error { return sess.Run(rctx) })
+	run("images", func() error { return imgs.Run(rctx) })
+	run("metadata", func() error { return md.Serve(rctx, mdListener) })
+	run("metrics", func() error {
+		go func() { <-rctx.Done(); metricsServer.Close() }()
+		if err := metricsServer.Serve(metricsListener); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	if o.Ready != nil {
+		o.Ready(Endpoints{InstanceArn: instanceArn, Metrics: metricsListener.Addr().String(), Metadata: mdListener.Addr().String()})
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errs:
+		log.Error("agent component failed", "err", runErr)
+	}
+	cancel()
+	wg.Wait()
+	return runErr
+}
+
+// waitForRuntime retries until the container runtime answers.
+func waitForRuntime(ctx context.Context, rt runtime.Runtime, log *slog.Logger) (runtime.Info, error) {
+	backoff := time.Second
+	for {
+		info, err := rt.Info(ctx)
+		if err == nil {
+			return info, nil
+		}
+		log.Warn("container runtime not reachable; retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return info, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Minute)
+	}
+}
+
+// register registers the instance, or re-registers the one this data
+// directory belongs to. An instance deregistered meanwhile is replaced by
+// a new registration instead of leaving the agent stuck.
+func register(ctx context.Context, c *ecs.Client, db *state.DB, cfg config.Config, capacity resources.Capacity, info runtime.Info, log *slog.Logger) (string, error) {
+	known, err := db.InstanceARN()
+	if err != nil {
+		return "", err
+	}
+	ports := func(ps []int) []string {
+		out := []string{}
+		for _, p := range ps {
+			out = append(out, strconv.Itoa(p))
+		}
+		return out
+	}
+	reserved := cfg.ReservedPorts
+	if reserved == nil {
+		reserved = resources.DefaultReservedPorts
+	}
+	attrs := []types.Attribute{{Name: aws.String("capstan.agent-version"), Value: aws.String(Version)},
+		{Name: aws.String("ecs.capability.docker-remote-api." + info.APIVersion)}}
+	for k, v := range cfg.InstanceAttributes {
+		attrs = append(attrs, types.Attribute{Name: aws.String(k), Value: aws.String(v)})
+	}
+	in := &ecs.RegisterContainerInstanceInput{
+		Cluster: aws.String(cfg.Cluster),
+		TotalResources: []types.Resource{
+			{Name: aws.String("CPU"), Type: aws.String("INTEGER"), IntegerValue: int32(capacity.CPU)},
+			{Name: aws.String("MEMORY"), Type: aws.String("INTEGER"), IntegerValue: int32(capacity.AvailableMemoryMiB())},
+			{Name: aws.String("PORTS"), Type: aws.String("STRINGSET"), StringSetValue: ports(reserved)},
+			{Name: aws.String("PORTS_UDP"), Type: aws.String("STRINGSET"), StringSetValue: ports(cfg.ReservedPortsUDP)},
+		},
+		VersionInfo: &types.VersionInfo{AgentVersion: aws.String(Version), DockerVersion: aws.String("DockerVersion: " + info.Version)},
+		Attributes:  attrs,
+	}
+	backoff := time.Second
+	for {
+		if known != "" {
+			in.ContainerInstanceArn = aws.String(known)
+		} else {
+			in.ContainerInstanceArn = nil
+		}
+		out, err := c.RegisterContainerInstance(ctx, in)
+		if err == nil {
+			arn := aws.ToString(out.ContainerInstance.ContainerInstanceArn)
+			if arn != known {
+				if err := db.SetInstanceARN(arn); err != nil {
+					return "", err
+				}
+			}
+			return arn, nil
+		}
+		var ae smithy.APIError
+		if errors.As(err, &ae) {
+			switch {
+			case known != "" && ae.ErrorCode() == "ClientException" && strings.Contains(ae.ErrorMessage(), "deregistered"):
+				log.Warn("this instance was deregistered; registering as a new one", "old", known)
+				known = ""
+				continue
+			case ae.ErrorCode() == "AccessDeniedException" || ae.ErrorCode() == "UnrecognizedClientException" ||
+				ae.ErrorCode() == "InvalidSignatureException" || ae.ErrorCode() == "ClusterNotFoundException" ||
+				ae.ErrorCode() == "InvalidParameterException":
+				return "", fmt.Errorf("register with %s: %w", cfg.Endpoint, err)
+			}
+		}
+		log.Warn("registration failed; retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Minute)
+	}
+}

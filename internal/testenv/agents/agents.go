@@ -1,0 +1,133 @@
+// Package agents starts real `capstan agent`s in-process for tests, against
+// a testenv server and the real Docker Engine. It is apart from testenv so
+// that the agent's own packages can use testenv without an import cycle.
+package agents
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/agent"
+	"github.com/capstanhq/capstan/internal/agent/config"
+	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/runtime"
+	"github.com/capstanhq/capstan/internal/testenv"
+)
+
+// Agent is an in-process `capstan agent` for one test.
+type Agent struct {
+	agent.Endpoints
+	DataDir string
+	Env     map[string]string
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// Credential mints an agent credential on the server.
+func Credential(t testing.TB, s *testenv.Server, cluster string) (key, secret string) {
+	t.Helper()
+	out, err := s.Service.CreateAgentCredential(context.Background(), &control.CreateAgentCredentialRequest{Cluster: cluster})
+	if err != nil {
+		t.Fatalf("mint agent credential: %v", err)
+	}
+	return out.AccessKeyID, out.SecretAccessKey
+}
+
+// Env is the environment a test agent starts with; tests may change
+// it before StartAgentEnv.
+func Env(t testing.TB, s *testenv.Server, cluster, dataDir string) map[string]string {
+	key, secret := Credential(t, s, cluster)
+	return map[string]string{
+		"CAPSTAN_ENDPOINT":                      s.URL,
+		"ECS_CLUSTER":                           cluster,
+		"ECS_DATADIR":                           dataDir,
+		"AWS_ACCESS_KEY_ID":                     key,
+		"AWS_SECRET_ACCESS_KEY":                 secret,
+		"AWS_REGION":                            "us-east-1",
+		"CAPSTAN_METRICS_ADDR":                  "127.0.0.1:0",
+		"CAPSTAN_METADATA_ADDR":                 "0.0.0.0:0",
+		"ECS_IMAGE_PULL_BEHAVIOR":               "prefer-cached",
+		"ECS_CONTAINER_STOP_TIMEOUT":            "5s",
+		"CAPSTAN_INSTANCE_CPU":                  "2048",
+		"CAPSTAN_INSTANCE_MEMORY":               "2048",
+		"ECS_DISABLE_IMAGE_CLEANUP":             "true",
+		"ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION": "1m",
+	}
+}
+
+// Start starts an agent of cluster against the server, using the
+// real Docker runtime; it stops (leaving its containers) at cleanup.
+func Start(t testing.TB, s *testenv.Server, cluster string) *Agent {
+	t.Helper()
+	return StartEnv(t, Env(t, s, cluster, t.TempDir()), nil)
+}
+
+// StartEnv starts an agent with the given environment; rt nil means Docker.
+func StartEnv(t testing.TB, env map[string]string, rt runtime.Runtime) *Agent {
+	t.Helper()
+	if rt == nil {
+		rt = testenv.RequireDocker(t)
+	}
+	cfg, err := config.Load(nil, func(k string) string { return env[k] }, "")
+	if err != nil {
+		t.Fatalf("agent config: %v", err)
+	}
+	var log *slog.Logger
+	if os.Getenv("CAPSTAN_TEST_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	} else {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &Agent{DataDir: cfg.DataDir, Env: env, cancel: cancel, done: make(chan error, 1)}
+	ready := make(chan agent.Endpoints, 1)
+	go func() {
+		a.done <- agent.Run(ctx, cfg, agent.Options{Runtime: rt, Log: log, Ready: func(e agent.Endpoints) { ready <- e }})
+	}()
+	select {
+	case a.Endpoints = <-ready:
+	case err := <-a.done:
+		cancel()
+		t.Fatalf("agent exited during start: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatal("agent not ready after 60s")
+	}
+	t.Cleanup(a.Stop)
+	// Ready means registered; tasks are placed only once the session is up.
+	deadline := time.Now().Add(30 * time.Second)
+	for !a.connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("agent session not connected after 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return a
+}
+
+// connected reads the agent's own session gauge.
+func (a *Agent) connected() bool {
+	resp, err := http.Get("http://" + a.Metrics + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.Contains(string(b), "\ncapstan_agent_session_connected 1")
+}
+
+// Stop ends the agent without stopping its containers; stopping twice is harmless.
+func (a *Agent) Stop() {
+	if a.cancel == nil {
+		return
+	}
+	a.cancel()
+	<-a.done
+	a.cancel = nil
+}

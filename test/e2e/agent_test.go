@@ -1,0 +1,291 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+
+	"github.com/capstanhq/capstan/internal/runtime"
+	"github.com/capstanhq/capstan/internal/testenv"
+	"github.com/capstanhq/capstan/internal/testenv/agents"
+)
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// fleet is a server, a cluster and helpers to run tasks on real agents.
+type fleet struct {
+	t       *testing.T
+	srv     *testenv.Server
+	c       *ecs.Client
+	rt      runtime.Runtime
+	image   string
+	cluster string
+}
+
+func newFleet(t *testing.T) *fleet {
+	t.Helper()
+	rt := testenv.RequireDocker(t)
+	f := &fleet{t: t, srv: testenv.StartServer(t, ""), rt: rt, image: testenv.BusyboxImage(t), cluster: "e2e"}
+	f.c = f.srv.ECS()
+	if _, err := f.c.CreateCluster(context.Background(), &ecs.CreateClusterInput{ClusterName: aws.String(f.cluster)}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fleet) register(family string, containers ...types.ContainerDefinition) string {
+	f.t.Helper()
+	out, err := f.c.RegisterTaskDefinition(context.Background(), &ecs.RegisterTaskDefinitionInput{Family: aws.String(family), ContainerDefinitions: containers})
+	if err != nil {
+		f.t.Fatalf("register %s: %v", family, err)
+	}
+	return aws.ToString(out.TaskDefinition.TaskDefinitionArn)
+}
+
+func (f *fleet) container(name string, cmd ...string) types.ContainerDefinition {
+	return types.ContainerDefinition{Name: aws.String(name), Image: aws.String(f.image), Memory: aws.Int32(64), Command: cmd}
+}
+
+func (f *fleet) run(td string) string {
+	f.t.Helper()
+	out, err := f.c.RunTask(context.Background(), &ecs.RunTaskInput{Cluster: aws.String(f.cluster), TaskDefinition: aws.String(td)})
+	if err != nil {
+		f.t.Fatalf("run %s: %v", td, err)
+	}
+	if len(out.Tasks) != 1 {
+		f.t.Fatalf("run %s: failures %+v", td, out.Failures)
+	}
+	arn := aws.ToString(out.Tasks[0].TaskArn)
+	f.t.Cleanup(func() {
+		f.c.StopTask(context.Background(), &ecs.StopTaskInput{Cluster: aws.String(f.cluster), Task: aws.String(arn)})
+	})
+	return arn
+}
+
+func (f *fleet) task(arn string) types.Task {
+	f.t.Helper()
+	out, err := f.c.DescribeTasks(context.Background(), &ecs.DescribeTasksInput{Cluster: aws.String(f.cluster), Tasks: []string{arn}})
+	if err != nil || len(out.Tasks) != 1 {
+		f.t.Fatalf("describe %s: %+v %v", arn, out, err)
+	}
+	return out.Tasks[0]
+}
+
+func (f *fleet) waitStatus(arn, status string, d time.Duration) types.Task {
+	f.t.Helper()
+	var last types.Task
+	eventually(f.t, d, arn+" "+status, func() bool {
+		last = f.task(arn)
+		return aws.ToString(last.LastStatus) == status
+	})
+	return last
+}
+
+// labelled lists the containers of a task in the runtime.
+func (f *fleet) containers(arn string) []runtime.Container {
+	f.t.Helper()
+	cs, err := f.rt.List(context.Background(), map[string]string{"com.capstan.task-arn": arn})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return cs
+}
+
+func TestRunAndStopTaskOnDocker(t *testing.T) {
+	f := newFleet(t)
+	agents.Start(t, f.srv, f.cluster)
+	td := f.register("sleeper", f.container("main", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"))
+	arn := f.run(td)
+	task := f.waitStatus(arn, "RUNNING", 60*time.Second)
+	cs := f.containers(arn)
+	if len(cs) != 1 || cs[0].State != runtime.StateRunning || cs[0].ID != aws.ToString(task.Containers[0].RuntimeId) {
+		t.Fatalf("runtime containers %+v, task container %+v", cs, task.Containers[0])
+	}
+	if task.StartedAt == nil {
+		t.Fatal("startedAt not set")
+	}
+	if _, err := f.c.StopTask(context.Background(), &ecs.StopTaskInput{Cluster: aws.String(f.cluster), Task: aws.String(arn), Reason: aws.String("done")}); err != nil {
+		t.Fatal(err)
+	}
+	task = f.waitStatus(arn, "STOPPED", 60*time.Second)
+	if c := task.Containers[0]; c.ExitCode == nil || *c.ExitCode != 0 || aws.ToString(task.StoppedReason) != "done" {
+		t.Fatalf("stopped: exit %v reason %q", c.ExitCode, aws.ToString(task.StoppedReason))
+	}
+}
+
+func TestEssentialExitStopsTask(t *testing.T) {
+	f := newFleet(t)
+	agents.Start(t, f.srv, f.cluster)
+	td := f.register("exits", f.container("main", "sh", "-c", "sleep 1; exit 3"))
+	task := f.waitStatus(f.run(td), "STOPPED", 60*time.Second)
+	c := task.Containers[0]
+	if c.ExitCode == nil || *c.ExitCode != 3 || task.StopCode != types.TaskStopCodeEssentialContainerExited || aws.ToString(task.StoppedReason) == "" {
+		t.Fatalf("exit %v stopCode %s reason %q", c.ExitCode, task.StopCode, aws.ToString(task.StoppedReason))
+	}
+}
+
+func TestBadInputGetsReasons(t *testing.T) {
+	f := newFleet(t)
+	env := agents.Env(t, f.srv, f.cluster, t.TempDir())
+	env["ECS_DISABLE_PRIVILEGED"] = "true"
+	env["ECS_IMAGE_PULL_BEHAVIOR"] = "default"
+	agents.StartEnv(t, env, f.rt)
+	ctx := context.Background()
+
+	missing := f.register("missing-image", types.ContainerDefinition{Name: aws.String("m"), Image: aws.String("127.0.0.1:1/nope:none"), Memory: aws.Int32(32)})
+	task := f.waitStatus(f.run(missing), "STOPPED", 90*time.Second)
+	if r := aws.ToString(task.Containers[0].Reason) + aws.ToString(task.StoppedReason); !strings.Contains(r, "CannotPullContainerError") {
+		t.Fatalf("unknown image: container reason %q, task reason %q", aws.ToString(task.Containers[0].Reason), aws.ToString(task.StoppedReason))
+	}
+
+	priv := f.container("p", "sleep", "30")
+	priv.Privileged = aws.Bool(true)
+	task = f.waitStatus(f.run(f.register("privileged", priv)), "STOPPED", 60*time.Second)
+	if !strings.Contains(aws.ToString(task.StoppedReason)+aws.ToString(task.Containers[0].Reason), "privileged") {
+		t.Fatalf("privileged task: reason %q / %q", aws.ToString(task.StoppedReason), aws.ToString(task.Containers[0].Reason))
+	}
+
+	big := f.container("big", "sleep", "30")
+	big.Memory = aws.Int32(100000)
+	out, err := f.c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String(f.cluster), TaskDefinition: aws.String(f.register("too-big", big))})
+	if err != nil || len(out.Tasks) != 0 || len(out.Failures) != 1 || !strings.Contains(aws.ToString(out.Failures[0].Reason), "MEMORY") {
+		t.Fatalf("too big: %+v %v", out, err)
+	}
+}
+
+func TestPortsAndMetadataEndpoint(t *testing.T) {
+	f := newFleet(t)
+	env := agents.Env(t, f.srv, f.cluster, t.TempDir())
+	env["ECS_TASK_METADATA_RPS_LIMIT"] = "1,2"
+	agents.StartEnv(t, env, f.rt)
+	web := f.container("web", "sh", "-c", "echo hello-from-capstan > /tmp/index.html; httpd -f -p 8080 -h /tmp")
+	web.PortMappings = []types.PortMapping{{ContainerPort: aws.Int32(8080)}}
+	task := f.waitStatus(f.run(f.register("web", web)), "RUNNING", 60*time.Second)
+	b := task.Containers[0].NetworkBindings
+	if len(b) != 1 || aws.ToInt32(b[0].HostPort) == 0 {
+		t.Fatalf("network bindings %+v", b)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/index.html", aws.ToInt32(b[0].HostPort))
+	var body string
+	eventually(t, 20*time.Second, "the container's port answers", func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		bb, _ := io.ReadAll(resp.Body)
+		body = string(bb)
+		return resp.StatusCode == 200
+	})
+	if !strings.Contains(body, "hello-from-capstan") {
+		t.Fatalf("body %q", body)
+	}
+
+	// From inside a container: the metadata endpoint, then its throttle.
+	probe := f.container("probe", "sh", "-c", `wget -q -O - $ECS_CONTAINER_METADATA_URI_V4/task > /tmp/task.json && cat /tmp/task.json; echo; `+
+		`for i in 1 2 3 4 5 6 7 8; do wget -q -O /dev/null $ECS_CONTAINER_METADATA_URI_V4 || echo THROTTLED; done; sleep 300`)
+	arn := f.run(f.register("probe", probe))
+	f.waitStatus(arn, "RUNNING", 60*time.Second)
+	var logs string
+	eventually(t, 30*time.Second, "probe output", func() bool {
+		cs := f.containers(arn)
+		if len(cs) != 1 {
+			return false
+		}
+		rc, err := f.rt.Logs(context.Background(), cs[0].ID, 0)
+		if err != nil {
+			return false
+		}
+		defer rc.Close()
+		bb, _ := io.ReadAll(rc)
+		logs = string(bb)
+		return strings.Contains(logs, "THROTTLED") || strings.Count(logs, "\n") > 8
+	})
+	if !strings.Contains(logs, `"TaskARN":"`+arn+`"`) {
+		t.Fatalf("task metadata from inside the container:\n%s", logs)
+	}
+	if !strings.Contains(logs, "THROTTLED") {
+		t.Fatalf("no 429 after a burst above ECS_TASK_METADATA_RPS_LIMIT:\n%s", logs)
+	}
+}
+
+// TestAgentRestartAdoptsTasks stops an agent while tasks start and run, and
+// starts another on the same data dir: nothing is duplicated or lost.
+func TestAgentRestartAdoptsTasks(t *testing.T) {
+	f := newFleet(t)
+	dir := t.TempDir()
+	env := agents.Env(t, f.srv, f.cluster, dir)
+	a := agents.StartEnv(t, env, f.rt)
+	td := f.register("steady", f.container("main", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"))
+	first := f.run(td)
+	f.waitStatus(first, "RUNNING", 60*time.Second)
+	second := f.run(td) // may still be starting when the agent goes
+	a.Stop()
+	if cs := f.containers(first); len(cs) != 1 || cs[0].State != runtime.StateRunning {
+		t.Fatalf("agent stop touched the running task: %+v", cs)
+	}
+	b := agents.StartEnv(t, env, f.rt)
+	if b.InstanceArn != a.InstanceArn {
+		t.Fatalf("restarted agent registered a new instance: %s vs %s", b.InstanceArn, a.InstanceArn)
+	}
+	f.waitStatus(second, "RUNNING", 60*time.Second)
+	for _, arn := range []string{first, second} {
+		if cs := f.containers(arn); len(cs) != 1 {
+			t.Fatalf("task %s has %d containers after restart", arn, len(cs))
+		}
+	}
+	if aws.ToString(f.task(first).Containers[0].RuntimeId) != f.containers(first)[0].ID {
+		t.Fatal("adopted container is not the one reported")
+	}
+}
+
+func TestServerRestartKeepsTasksRunning(t *testing.T) {
+	f := newFleet(t)
+	agents.Start(t, f.srv, f.cluster)
+	td := f.register("survivor", f.container("main", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"))
+	arn := f.run(td)
+	f.waitStatus(arn, "RUNNING", 60*time.Second)
+	addr := f.srv.Addr
+	dir := f.srv.Config.DataDir
+	f.srv.Stop()
+	if cs := f.containers(arn); len(cs) != 1 || cs[0].State != runtime.StateRunning {
+		t.Fatalf("task stopped with the server: %+v", cs)
+	}
+	// Same address, so the agent finds it again.
+	srv := testenv.StartServerAt(t, dir, addr)
+	f.srv, f.c = srv, srv.ECS()
+	ctx := context.Background()
+	eventually(t, 60*time.Second, "agent reconnects", func() bool {
+		out, err := f.c.ListContainerInstances(ctx, &ecs.ListContainerInstancesInput{Cluster: aws.String(f.cluster)})
+		if err != nil || len(out.ContainerInstanceArns) != 1 {
+			return false
+		}
+		d, err := f.c.DescribeContainerInstances(ctx, &ecs.DescribeContainerInstancesInput{Cluster: aws.String(f.cluster), ContainerInstances: out.ContainerInstanceArns})
+		return err == nil && d.ContainerInstances[0].AgentConnected
+	})
+	if _, err := f.c.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String(f.cluster), Task: aws.String(arn)}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitStatus(arn, "STOPPED", 60*time.Second)
+	if cs := f.containers(arn); len(cs) != 1 || cs[0].State == runtime.StateRunning {
+		t.Fatalf("after stop: %+v", cs)
+	}
+}
