@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -288,4 +292,191 @@ func TestServerRestartKeepsTasksRunning(t *testing.T) {
 	if cs := f.containers(arn); len(cs) != 1 || cs[0].State == runtime.StateRunning {
 		t.Fatalf("after stop: %+v", cs)
 	}
+}
+
+// agentProcess is `capstan agent` as a separate process, to kill -9.
+type agentProcess struct {
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan error
+}
+
+func startAgentProcess(t *testing.T, env map[string]string) *agentProcess {
+	t.Helper()
+	cmd := exec.Command(capstanBinary(t), "agent")
+	cmd.Env = os.Environ()
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	p := &agentProcess{cmd: cmd, log: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() { p.kill9() })
+	return p
+}
+
+func (p *agentProcess) kill9() {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func (f *fleet) connectedInstances() int {
+	ctx := context.Background()
+	out, err := f.c.ListContainerInstances(ctx, &ecs.ListContainerInstancesInput{Cluster: aws.String(f.cluster)})
+	if err != nil || len(out.ContainerInstanceArns) == 0 {
+		return 0
+	}
+	d, err := f.c.DescribeContainerInstances(ctx, &ecs.DescribeContainerInstancesInput{Cluster: aws.String(f.cluster), ContainerInstances: out.ContainerInstanceArns})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, ci := range d.ContainerInstances {
+		if ci.AgentConnected {
+			n++
+		}
+	}
+	return n
+}
+
+func TestAgentKill9WhileTasksStartAndRun(t *testing.T) {
+	f := newFleet(t)
+	env := agents.Env(t, f.srv, f.cluster, t.TempDir())
+	env["CAPSTAN_METRICS_ADDR"] = freeAddr(t)
+	a := startAgentProcess(t, env)
+	eventually(t, 60*time.Second, "agent connected", func() bool { return f.connectedInstances() == 1 })
+	td := f.register("k9", f.container("main", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"))
+	var arns []string
+	for range 3 {
+		arns = append(arns, f.run(td))
+	}
+	a.kill9() // while the tasks start
+	a = startAgentProcess(t, env)
+	for _, arn := range arns {
+		f.waitStatus(arn, "RUNNING", 90*time.Second)
+	}
+	ids := map[string]string{}
+	for _, arn := range arns {
+		cs := f.containers(arn)
+		if len(cs) != 1 || cs[0].State != runtime.StateRunning {
+			t.Fatalf("task %s after kill -9 during start: %+v\n%s", arn, cs, a.log)
+		}
+		ids[arn] = cs[0].ID
+	}
+	a.kill9() // while they run
+	for _, arn := range arns {
+		if cs := f.containers(arn); len(cs) != 1 || cs[0].State != runtime.StateRunning {
+			t.Fatalf("kill -9 of the agent stopped task %s: %+v", arn, cs)
+		}
+	}
+	a = startAgentProcess(t, env)
+	eventually(t, 60*time.Second, "agent reconnected", func() bool { return f.connectedInstances() == 1 })
+	// A stop after the restart reaches the adopted containers.
+	if _, err := f.c.StopTask(context.Background(), &ecs.StopTaskInput{Cluster: aws.String(f.cluster), Task: aws.String(arns[0])}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitStatus(arns[0], "STOPPED", 60*time.Second)
+	for _, arn := range arns[1:] {
+		cs := f.containers(arn)
+		if len(cs) != 1 || cs[0].ID != ids[arn] || cs[0].State != runtime.StateRunning {
+			t.Fatalf("task %s after second restart: %+v (was %s)", arn, cs, ids[arn])
+		}
+		if aws.ToString(f.task(arn).LastStatus) != "RUNNING" {
+			t.Fatalf("task %s not RUNNING after restart", arn)
+		}
+	}
+}
+
+func TestNetworkCutConverges(t *testing.T) {
+	f := newFleet(t)
+	px := startTCPProxy(t, f.srv.Addr)
+	env := agents.Env(t, f.srv, f.cluster, t.TempDir())
+	env["CAPSTAN_ENDPOINT"] = "http://" + px.addr()
+	agents.StartEnv(t, env, f.rt)
+	td := f.register("cut", f.container("main", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"))
+	keep, stop := f.run(td), f.run(td)
+	f.waitStatus(keep, "RUNNING", 60*time.Second)
+	f.waitStatus(stop, "RUNNING", 60*time.Second)
+	px.cut()
+	eventually(t, 30*time.Second, "server sees the agent gone", func() bool { return f.connectedInstances() == 0 })
+	// Decided while cut off: must reach the agent after the network heals.
+	if _, err := f.c.StopTask(context.Background(), &ecs.StopTaskInput{Cluster: aws.String(f.cluster), Task: aws.String(stop)}); err != nil {
+		t.Fatal(err)
+	}
+	if cs := f.containers(keep); len(cs) != 1 || cs[0].State != runtime.StateRunning {
+		t.Fatalf("task stopped during the cut: %+v", cs)
+	}
+	px.heal()
+	f.waitStatus(stop, "STOPPED", 90*time.Second)
+	if cs := f.containers(keep); len(cs) != 1 || cs[0].State != runtime.StateRunning || aws.ToString(f.task(keep).LastStatus) != "RUNNING" {
+		t.Fatalf("kept task after the cut: %+v", cs)
+	}
+}
+
+// tcpProxy forwards to a target and can cut every connection.
+type tcpProxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	down  bool
+}
+
+func startTCPProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			down := p.down
+			p.mu.Unlock()
+			if down {
+				c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { io.Copy(up, c); up.Close(); c.Close() }()
+			go func() { io.Copy(c, up); up.Close(); c.Close() }()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *tcpProxy) heal() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
 }
