@@ -2,7 +2,10 @@ package session_test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+	"github.com/coder/websocket"
 
 	"github.com/capstanhq/capstan/internal/agent/session"
 	"github.com/capstanhq/capstan/internal/agent/state"
@@ -382,4 +386,58 @@ func TestAgentCredentialIsConfined(t *testing.T) {
 	if err != nil || aws.ToString(again.ContainerInstance.ContainerInstanceArn) != r.instance {
 		t.Fatalf("re-register: %v %v", again, err)
 	}
+}
+
+// TestMalformedServerMessagesAreIgnored runs the client against a server
+// that sends garbage before a valid manifest: the client logs and goes on.
+func TestMalformedServerMessagesAreIgnored(t *testing.T) {
+	got := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer conn.CloseNow()
+		ctx := r.Context()
+		conn.Read(ctx) // hello
+		for _, junk := range []string{"not json", `{"type":"manifest"}`, `{"type":"surprise"}`, `{"type":"manifest","manifest":{"seq":"x"}}`, `[1,2]`} {
+			conn.Write(ctx, websocket.MessageText, []byte(junk))
+		}
+		m, _ := json.Marshal(protocol.Message{Type: protocol.TypeManifest, Manifest: &protocol.Manifest{Seq: 7, Tasks: []protocol.Task{{Arn: "arn:x", DesiredStatus: "RUNNING"}}}})
+		conn.Write(ctx, websocket.MessageText, m)
+		for {
+			_, b, err := conn.Read(ctx)
+			if err != nil {
+				return
+			}
+			var msg protocol.Message
+			if json.Unmarshal(b, &msg) == nil && msg.Type == protocol.TypeManifestAck && msg.ManifestAck.Seq == 7 {
+				close(got)
+				<-ctx.Done()
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	eng := newFakeEngine()
+	db := openDB(t, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := session.New(session.Config{Endpoint: srv.URL, AccessKeyID: "AK", SecretKey: "s", Region: "us-east-1", InstanceArn: "arn:i",
+		Store: db, Engine: eng, MinBackoff: 50 * time.Millisecond})
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	select {
+	case <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the valid manifest after the garbage was not acknowledged")
+	}
+	if _, ok := eng.task("arn:x"); !ok {
+		t.Fatal("manifest not handed to the engine")
+	}
+	if seq, _, _ := db.Manifest(); seq != 7 {
+		t.Fatalf("stored manifest seq %d", seq)
+	}
+	cancel()
+	<-done
 }
