@@ -9,6 +9,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/agent/resources"
 	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/runtime"
 )
 
 func TestTaskStatus(t *testing.T) {
@@ -266,5 +267,76 @@ func TestDependencies(t *testing.T) {
 	def.ContainerDefinitions[2].DependsOn = []shapes.ContainerDependency{{ContainerName: "init", Condition: "START"}}
 	if h := namespaceHolder(&def); h != 0 {
 		t.Errorf("holder %d, want init (no essential container is free of dependencies)", h)
+	}
+}
+
+// TestObserve feeds a task the runtime's views in awkward orders: a fast
+// exit stamped before its start (Docker does this), and listings taken
+// before an exit or a restart arriving after it.
+func TestObserve(t *testing.T) {
+	e, err := New(Config{Runtime: newFakeRuntime(), Store: newMemStore(), ContainerInstanceArn: testInstance})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	running := func(start int) runtime.Container {
+		return runtime.Container{ID: "c1", State: runtime.StateRunning, StartedAt: at(start)}
+	}
+	exited := func(start, finish, code int) runtime.Container {
+		return runtime.Container{ID: "c1", State: runtime.StateExited, StartedAt: at(start), FinishedAt: at(finish), ExitCode: code}
+	}
+	app := ctrDef("app", "busybox")
+	app.RestartPolicy = &shapes.ContainerRestartPolicy{Enabled: new(true), IgnoredExitCodes: []int32{9}, RestartAttemptPeriod: new(int32(60))}
+	type step struct {
+		rc        runtime.Container
+		phase     phase
+		restart   bool // waiting for a restart
+		stopping  bool
+		startedAt int
+	}
+	tests := []struct {
+		name  string
+		def   shapes.ContainerDefinition
+		steps []step
+	}{
+		{"exit stamped before start", ctrDef("app", "busybox"), []step{
+			{rc: running(10), phase: phaseRunning, startedAt: 10},
+			{rc: exited(10, 9, 3), phase: phaseStopped, stopping: true, startedAt: 10},
+		}},
+		{"stale running after exit", ctrDef("app", "busybox"), []step{
+			{rc: exited(10, 20, 0), phase: phaseStopped, stopping: true, startedAt: 10},
+			{rc: running(10), phase: phaseStopped, stopping: true, startedAt: 10},
+		}},
+		{"started again behind our back", nonEssential(ctrDef("app", "busybox")), []step{
+			{rc: exited(10, 20, 0), phase: phaseStopped, startedAt: 10},
+			{rc: running(30), phase: phaseRunning, startedAt: 30},
+		}},
+		{"restart pending ignores its own run", app, []step{
+			{rc: running(10), phase: phaseRunning, startedAt: 10},
+			{rc: exited(10, 20, 1), phase: phaseRunning, restart: true, startedAt: 10},
+			{rc: running(10), phase: phaseRunning, restart: true, startedAt: 10},
+			{rc: exited(10, 20, 1), phase: phaseRunning, restart: true, startedAt: 10},
+			{rc: running(50), phase: phaseRunning, startedAt: 50},
+			{rc: exited(10, 20, 1), phase: phaseRunning, startedAt: 50},
+			{rc: exited(50, 60, 9), phase: phaseStopped, stopping: true, startedAt: 50},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			task := newTestTask(tt.name, tt.def)
+			tk := e.taskBase(task.Arn)
+			tk.define(task)
+			tk.admitted = true
+			c := tk.cs[0]
+			c.id = "c1"
+			for i, s := range tt.steps {
+				tk.observe(c, s.rc)
+				if c.phase != s.phase || !c.restartAt.IsZero() != s.restart || tk.stopping != s.stopping || !c.startedAt.Equal(at(s.startedAt)) {
+					t.Fatalf("step %d: phase %v restart %v stopping %v startedAt %v; want %v %v %v %v",
+						i, c.phase, !c.restartAt.IsZero(), tk.stopping, c.startedAt.Sub(t0), s.phase, s.restart, s.stopping, at(s.startedAt).Sub(t0))
+				}
+			}
+		})
 	}
 }

@@ -517,9 +517,11 @@ func healthOf(h string) string {
 	return HealthUnknown
 }
 
-// observe takes in the runtime's view of a container. Phases only move
-// forward, except that a container found running again after it stopped
-// is tracked again until the task has finished.
+// observe takes in the runtime's view of a container. A run is known by
+// its start time: a view of an earlier run than the one tracked is stale
+// (a listing taken before an exit or a restart) and changes nothing. Phases
+// only move forward, except that a container started again behind the
+// engine's back is tracked again until its task has finished.
 func (t *task) observe(c *ctr, rc runtime.Container) {
 	now := t.e.now()
 	if rc.Name != "" {
@@ -531,15 +533,25 @@ func (t *task) observe(c *ctr, rc runtime.Container) {
 	if !rc.CreatedAt.IsZero() {
 		c.createdAt = rc.CreatedAt
 	}
-	c.ip = rc.IPAddress
+	if rc.IPAddress != "" {
+		c.ip = rc.IPAddress
+	}
+	stale := !rc.StartedAt.IsZero() && rc.StartedAt.Before(c.startedAt)
+	newRun := !rc.StartedAt.IsZero() && rc.StartedAt.After(c.startedAt)
 	switch rc.State {
 	case runtime.StateRunning, runtime.StatePaused, runtime.StateRestarting:
-		if c.phase == phaseStopped && !t.times.Stopped.IsZero() {
-			return // the task is over; cleanup removes it
+		switch {
+		case stale:
+			return
+		case c.phase == phaseStopped || !c.restartAt.IsZero():
+			// Its last run ended; only a new one counts.
+			if !newRun || !t.times.Stopped.IsZero() {
+				return
+			}
+			c.phase, c.restartAt = phaseCreated, time.Time{}
 		}
-		if c.phase != phaseRunning || !c.restartAt.IsZero() {
-			c.phase, c.restartAt = phaseRunning, time.Time{}
-			c.started = true
+		if c.phase < phaseRunning {
+			c.phase, c.started = phaseRunning, true
 			c.startedAt = orNow(rc.StartedAt, now)
 			if c.firstStartedAt.IsZero() {
 				c.firstStartedAt = c.startedAt
@@ -561,14 +573,19 @@ func (t *task) observe(c *ctr, rc runtime.Container) {
 			}
 			return
 		}
-		if c.phase < phaseRunning {
-			c.phase, c.started = phaseRunning, true
+		if stale {
+			return
+		}
+		if c.phase < phaseRunning || (c.phase == phaseRunning && newRun) {
+			c.phase, c.started, c.restartAt = phaseRunning, true, time.Time{}
 			c.startedAt = rc.StartedAt
 			if c.firstStartedAt.IsZero() {
 				c.firstStartedAt = c.startedAt
 			}
 		}
-		if c.phase == phaseRunning && c.restartAt.IsZero() && !rc.FinishedAt.Before(c.startedAt) {
+		// The engine's clock and the runtime's may disagree, and a fast
+		// exit can even be stamped before its start: only the run counts.
+		if c.phase == phaseRunning && c.restartAt.IsZero() {
 			t.exited(c, rc)
 		}
 	}
