@@ -77,6 +77,7 @@ type ctr struct {
 	gone        bool // no longer exists in the runtime
 
 	id, runtimeName string
+	image           string // as the runtime names it, for containers known by labels
 	imageID, digest string
 	started         bool
 	exitCode        *int
@@ -530,6 +531,9 @@ func (t *task) observe(c *ctr, rc runtime.Container) {
 	if rc.ImageID != "" {
 		c.imageID = rc.ImageID
 	}
+	if rc.Image != "" {
+		c.image = rc.Image
+	}
 	if !rc.CreatedAt.IsZero() {
 		c.createdAt = rc.CreatedAt
 	}
@@ -851,6 +855,9 @@ func (t *task) pullsDone() bool {
 // step moves the task towards its desired status and returns when it
 // next needs to look again (zero: only on a message).
 func (t *task) step(ctx context.Context) time.Time {
+	if t.done {
+		return time.Time{}
+	}
 	now := t.e.now()
 	var next time.Time
 	for _, c := range t.cs {
@@ -1262,6 +1269,7 @@ func (t *task) buildState() protocol.TaskState {
 			LastStatus:   containerStatus(c.phase),
 			HealthStatus: c.health,
 		}
+		cs.Image = c.image
 		if c.def != nil {
 			cs.Image = c.def.Image
 		}
@@ -1378,6 +1386,8 @@ func (t *task) publish() {
 	if t.stopping {
 		info.DesiredStatus = StatusStopped
 	}
+	cfg := t.e.cfg
+	cfg.MetadataURI = nil // not shown; no need to ask
 	for i, c := range t.cs {
 		ci := ContainerInfo{
 			Name:          c.name,
@@ -1400,9 +1410,10 @@ func (t *task) publish() {
 		if c.phase == phaseStopped || !c.restartAt.IsZero() {
 			ci.ExitCode = c.exitCode
 		}
+		ci.Image = c.image
 		if d := c.def; d != nil {
 			ci.Image = d.Image
-			spec := buildSpec(specInput{cfg: &t.e.cfg, task: &t.desired, def: &t.def, index: i, networkMode: t.netMode, volumes: t.volumes, cpuShares: t.shares[i]})
+			spec := buildSpec(specInput{cfg: &cfg, task: &t.desired, def: &t.def, index: i, networkMode: t.netMode, volumes: t.volumes, cpuShares: t.shares[i]})
 			ci.Labels = spec.Labels
 			ci.CPUShares = spec.CPUShares
 			ci.MemoryMiB = int(spec.MemoryLimit >> 20)
