@@ -294,6 +294,7 @@ func TestObserve(t *testing.T) {
 		restart   bool // waiting for a restart
 		stopping  bool
 		startedAt int
+		late      bool // to be stopped again
 	}
 	tests := []struct {
 		name  string
@@ -311,6 +312,10 @@ func TestObserve(t *testing.T) {
 		{"started again behind our back", nonEssential(ctrDef("app", "busybox")), []step{
 			{rc: exited(10, 20, 0), phase: phaseStopped, startedAt: 10},
 			{rc: running(30), phase: phaseRunning, startedAt: 30},
+		}},
+		{"started late after the task stopped", ctrDef("app", "busybox"), []step{
+			{rc: exited(10, 20, 0), phase: phaseStopped, stopping: true, startedAt: 10},
+			{rc: running(30), phase: phaseStopped, stopping: true, late: true, startedAt: 10},
 		}},
 		{"restart pending ignores its own run", app, []step{
 			{rc: running(10), phase: phaseRunning, startedAt: 10},
@@ -331,7 +336,13 @@ func TestObserve(t *testing.T) {
 			c := tk.cs[0]
 			c.id = "c1"
 			for i, s := range tt.steps {
+				if s.late {
+					tk.times.Stopped = at(25) // the task has finished
+				}
 				tk.observe(c, s.rc)
+				if c.lateRun != s.late {
+					t.Fatalf("step %d: lateRun %v", i, c.lateRun)
+				}
 				if c.phase != s.phase || !c.restartAt.IsZero() != s.restart || tk.stopping != s.stopping || !c.startedAt.Equal(at(s.startedAt)) {
 					t.Fatalf("step %d: phase %v restart %v stopping %v startedAt %v; want %v %v %v %v",
 						i, c.phase, !c.restartAt.IsZero(), tk.stopping, c.startedAt.Sub(t0), s.phase, s.restart, s.stopping, at(s.startedAt).Sub(t0))

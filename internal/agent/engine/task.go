@@ -74,6 +74,7 @@ type ctr struct {
 	cancel      context.CancelFunc
 	syncing     bool // restored: act only once its runtime state is known
 	needInspect bool
+	lateRun     bool // runs though its task has stopped
 	gone        bool // no longer exists in the runtime
 
 	id, runtimeName string
@@ -549,7 +550,13 @@ func (t *task) observe(c *ctr, rc runtime.Container) {
 			return
 		case c.phase == phaseStopped || !c.restartAt.IsZero():
 			// Its last run ended; only a new one counts.
-			if !newRun || !t.times.Stopped.IsZero() {
+			if !newRun {
+				return
+			}
+			if !t.times.Stopped.IsZero() {
+				// Started late (a start that timed out) or by hand
+				// after the task ended: stop it, report nothing.
+				c.lateRun = true
 				return
 			}
 			c.phase, c.restartAt = phaseCreated, time.Time{}
@@ -861,6 +868,10 @@ func (t *task) step(ctx context.Context) time.Time {
 	now := t.e.now()
 	var next time.Time
 	for _, c := range t.cs {
+		if c.lateRun && c.op == "" {
+			c.lateRun = false
+			t.stopContainer(ctx, c)
+		}
 		switch {
 		case c.op != "" || !c.needInspect || c.id == "":
 		case now.Before(c.retryAt):
