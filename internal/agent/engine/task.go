@@ -1314,10 +1314,12 @@ func (t *task) report() {
 	if !t.done {
 		t.persist()
 	}
+	// Publish first: whoever reads a state on Changes finds it (or a
+	// newer one) in Snapshot and Task.
+	t.publish()
 	if emit {
 		t.e.out.push(st)
 	}
-	t.publish()
 }
 
 // persist writes the task record if it changed. A failed write is logged and
