@@ -33,7 +33,7 @@ func FuzzOperations(f *testing.F) {
 	}
 	f.Cleanup(st.Close)
 	h := api.NewHandler(trustAll{}, nil, slog.New(slog.DiscardHandler))
-	control.New(control.Config{Store: st, Region: "us-east-1", AccountID: "123456789012"}).Register(h)
+	control.New(control.Config{Store: st, Region: "us-east-1", AccountID: "123456789012", Endpoint: "http://127.0.0.1:1"}).Register(h)
 	ops := h.Operations()
 	sort.Strings(ops)
 	seeds := []string{

@@ -66,6 +66,7 @@ func (s *Service) Register(h *api.Handler) {
 	s.registerTags(h)
 	s.registerInstances(h)
 	s.registerTasks(h)
+	s.registerServices(h)
 	s.registerExtensions(h)
 }
 

@@ -158,6 +158,10 @@ type taskRequest struct {
 	// instances, for StartTask: place on exactly these.
 	instances []string
 	rules     placementRules
+	// owner, for a service's tasks: the service record the launch was
+	// decided on, which must be unchanged. Its task definition may be
+	// INACTIVE, as ECS allows.
+	owner *guard
 }
 
 func (s *Service) RunTask(ctx context.Context, req *shapes.RunTaskRequest) (*shapes.RunTaskResponse, error) {
@@ -199,6 +203,10 @@ func (s *Service) StartTask(ctx context.Context, req *shapes.StartTaskRequest) (
 	return &shapes.StartTaskResponse{Tasks: tasks, Failures: failures}, nil
 }
 
+const noInstances = "No Container Instances were found in your cluster."
+
+var errNoInstances = fault.Invalid("cluster", noInstances)
+
 // startTasks places and records tasks; everything is written in one
 // transaction with the instances' new remaining resources.
 func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task, []shapes.Failure, error) {
@@ -223,7 +231,14 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 			return err
 		}
 		cluster := cl.Value.ClusterName
-		td, err := s.activeTaskDefinition(ctx, "taskDefinition", r.taskDefinition)
+		lookup := s.activeTaskDefinition
+		if r.owner != nil {
+			if err := s.ownerUnchanged(ctx, *r.owner); err != nil {
+				return err
+			}
+			lookup = s.serviceTaskDefinition
+		}
+		td, err := lookup(ctx, "taskDefinition", r.taskDefinition)
 		if err != nil {
 			return err
 		}
@@ -244,9 +259,12 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 			return err
 		}
 		if len(cands) == 0 {
-			return fault.Invalid("cluster", "No Container Instances were found in your cluster.")
+			return errNoInstances
 		}
 		tx := s.st.Txn().Unchanged(cl.Key, cl.Rev).Unchanged(td.Key, td.Rev)
+		if r.owner != nil {
+			tx.Unchanged(r.owner.key, r.owner.rev)
+		}
 		touched := map[string]bool{}
 		rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 		for i := range r.count {
@@ -552,13 +570,16 @@ func (s *Service) ListTasks(ctx context.Context, req *shapes.ListTasksRequest) (
 	if desired == "" {
 		desired = "RUNNING"
 	}
+	service := ""
 	if req.ServiceName != "" {
-		return nil, fault.Missing("ServiceNotFoundException", "service %q not found", req.ServiceName)
+		if service, err = s.listedService(ctx, cluster, req.ServiceName); err != nil {
+			return nil, err
+		}
 	}
 	if req.LaunchType != "" && req.LaunchType != "EC2" {
 		return &shapes.ListTasksResponse{TaskArns: []string{}}, nil
 	}
-	scope := store.TaskPrefix(cluster) + "\x00" + requestHash([]any{instance, req.Family, req.StartedBy, desired, req.DaemonName})
+	scope := store.TaskPrefix(cluster) + "\x00" + requestHash([]any{instance, req.Family, req.StartedBy, desired, req.DaemonName, service})
 	p, err := newPage(req.MaxResults, req.NextToken, scope, 100)
 	if err != nil {
 		return nil, err
@@ -578,6 +599,7 @@ func (s *Service) ListTasks(ctx context.Context, req *shapes.ListTasksRequest) (
 				req.StartedBy != "" && t.StartedBy != req.StartedBy,
 				req.Family != "" && !strings.Contains(t.TaskDefinitionArn, ":task-definition/"+req.Family+":"),
 				req.DaemonName != "" && t.Group != "daemon:"+req.DaemonName,
+				service != "" && t.Group != "service:"+service,
 				!desiredMatches(desired, t):
 				continue
 			}

@@ -25,7 +25,17 @@ type Loop struct {
 	Workers   int
 	// Resync re-queues every key this often, to heal anything missed.
 	Resync time.Duration
+	// Follow lists other prefixes whose changes concern this loop's keys.
+	Follow []Follow
 	Log    *slog.Logger
+}
+
+// Follow maps changes under another prefix to keys of the loop, so that an
+// object is reconciled when something it depends on changes (a service
+// when one of its tasks does).
+type Follow struct {
+	Prefix string
+	Keys   func(ctx context.Context, ch store.Change) []string
 }
 
 // Run blocks until ctx ends.
@@ -68,6 +78,37 @@ func (l *Loop) Run(ctx context.Context) {
 			}
 		}
 	}()
+	followed := make(chan []string)
+	for _, f := range l.Follow {
+		fsub := l.Store.Subscribe(f.Prefix)
+		defer fsub.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				ch, again, err := fsub.Next(ctx)
+				if err != nil {
+					return
+				}
+				if again {
+					// Changes were skipped: which keys they concern is unknown.
+					select {
+					case relist <- struct{}{}:
+					default:
+					}
+				}
+				var keys []string
+				for _, c := range ch {
+					keys = append(keys, f.Keys(ctx, c)...)
+				}
+				select {
+				case followed <- keys:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -77,6 +118,10 @@ func (l *Loop) Run(ctx context.Context) {
 		case ch := <-changes:
 			for _, c := range ch {
 				q.add(c.Key)
+			}
+		case keys := <-followed:
+			for _, k := range keys {
+				q.add(k)
 			}
 		case <-relist:
 			l.enqueueAll(ctx, q)

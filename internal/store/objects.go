@@ -201,3 +201,32 @@ type Session struct {
 	Server      string    `json:"server"`
 	ConnectedAt time.Time `json:"connectedAt"`
 }
+
+func ServicePrefix(cluster string) string    { return "services/" + cluster + "/" }
+func ServiceKey(cluster, name string) string { return ServicePrefix(cluster) + name }
+
+// ServiceEventsKey holds a service's recent events apart from the service,
+// so that recording one neither conflicts with UpdateService nor wakes the
+// services controller.
+func ServiceEventsKey(cluster, name string) string {
+	return "serviceevents/" + cluster + "/" + name
+}
+
+// Service is the stored service. Deployments hold the PRIMARY deployment
+// and the ACTIVE ones that still have tasks; task counts and events are
+// derived when the service is described.
+type Service struct {
+	shapes.Service
+	Cluster string `json:"capstanCluster"`
+	// ClientToken and RequestHash make CreateService idempotent.
+	ClientToken string `json:"capstanClientToken,omitempty"`
+	RequestHash string `json:"capstanRequestHash,omitempty"`
+	// InactiveAt is when the service became INACTIVE; the record is removed
+	// a while later.
+	InactiveAt time.Time `json:"capstanInactiveAt,omitzero"`
+}
+
+// ServiceEvents are a service's most recent events, newest first.
+type ServiceEvents struct {
+	Events []shapes.ServiceEvent `json:"events"`
+}

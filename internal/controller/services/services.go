@@ -1,0 +1,493 @@
+// Package services keeps each ECS service's desiredCount tasks running. It
+// replaces tasks that stop, rolls deployments start-before-stop within the
+// service's deployment configuration, and moves tasks off draining
+// instances. Decide is the pure decision; Reconciler applies it.
+package services
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/controller"
+	"github.com/capstanhq/capstan/internal/fault"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// Tasks starts and stops a service's tasks; the control service implements
+// it. Both fail with an error wrapping store.ErrConflict when the service
+// (or a task to stop) changed since it was read. A *fault.Error from
+// StartServiceTasks says why no task of the service can start now.
+type Tasks interface {
+	// StartServiceTasks launches up to n tasks of the primary deployment and
+	// returns the IDs started and, for each task not placed, why.
+	StartServiceTasks(ctx context.Context, svc store.Item[store.Service], n int) (started, unplaced []string, err error)
+	// StopServiceTasks stops tasks, each still at the revision given.
+	StopServiceTasks(ctx context.Context, svc store.Item[store.Service], tasks []store.Item[store.Task], reason string) error
+}
+
+// Reconciler applies Decide to one service per call.
+type Reconciler struct {
+	Store *store.Store
+	Tasks Tasks
+	Now   func() time.Time
+	Log   *slog.Logger
+}
+
+const (
+	// maxEvents is how many events a service keeps, as ECS shows.
+	maxEvents = 100
+	// Per reconcile, so that one transaction stays small; task writes wake
+	// the service again for the rest.
+	startBatch = 10
+	stopBatch  = 25
+	// placementRetry is how soon placement is tried again after it failed
+	// (connecting agents and draining instances also wake the service).
+	placementRetry = 10 * time.Second
+	// repeatWindow keeps an identical event from being recorded again.
+	repeatWindow = 5 * time.Minute
+	// inactiveRetention is how long an INACTIVE service stays describable.
+	inactiveRetention = time.Hour
+)
+
+// Follows are the other prefixes whose changes concern services: a task
+// wakes its service; an instance that is not ACTIVE, or an agent that
+// connects or leaves, wakes every service of its cluster.
+func (r *Reconciler) Follows() []controller.Follow {
+	return []controller.Follow{
+		{Prefix: "tasks/", Keys: taskService},
+		{Prefix: "containerinstances/", Keys: r.instanceServices},
+		{Prefix: "sessions/", Keys: r.sessionServices},
+	}
+}
+
+func taskService(_ context.Context, ch store.Change) []string {
+	if ch.Deleted {
+		return nil
+	}
+	var t struct {
+		Group   string `json:"group"`
+		Cluster string `json:"capstanCluster"`
+	}
+	if json.Unmarshal(ch.Value, &t) != nil {
+		return nil
+	}
+	name, ok := strings.CutPrefix(t.Group, "service:")
+	if !ok || name == "" {
+		return nil
+	}
+	return []string{store.ServiceKey(t.Cluster, name)}
+}
+
+func (r *Reconciler) instanceServices(ctx context.Context, ch store.Change) []string {
+	if !ch.Deleted {
+		var ci struct {
+			Status string `json:"status"`
+		}
+		// Placements rewrite ACTIVE instances all the time; those concern
+		// only the services whose tasks changed, which wake on their own.
+		if json.Unmarshal(ch.Value, &ci) == nil && (ci.Status == "ACTIVE" || ci.Status == "REGISTERING") {
+			return nil
+		}
+	}
+	return r.clusterServices(ctx, ch.Key, "containerinstances/")
+}
+
+func (r *Reconciler) sessionServices(ctx context.Context, ch store.Change) []string {
+	return r.clusterServices(ctx, ch.Key, "sessions/")
+}
+
+// clusterServices lists the service keys of the cluster named in key.
+func (r *Reconciler) clusterServices(ctx context.Context, key, prefix string) []string {
+	cluster, _, ok := strings.Cut(strings.TrimPrefix(key, prefix), "/")
+	if !ok {
+		return nil
+	}
+	items, _, err := store.List[keyOnly](ctx, r.Store, store.ServicePrefix(cluster), "", 0)
+	if err != nil {
+		return nil
+	}
+	keys := make([]string, 0, len(items))
+	for _, it := range items {
+		keys = append(keys, it.Key)
+	}
+	return keys
+}
+
+// keyOnly decodes nothing: listing needs only keys.
+type keyOnly struct{}
+
+func (*keyOnly) UnmarshalJSON([]byte) error { return nil }
+
+// Reconcile brings the service at key one step closer to its desired
+// state, planning again when what it decided on changed meanwhile.
+func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, error) {
+	for attempt := 0; ; attempt++ {
+		requeue, err := r.step(ctx, key)
+		if errors.Is(err, store.ErrConflict) && attempt < 8 {
+			continue
+		}
+		return requeue, err
+	}
+}
+
+func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, error) {
+	it, err := store.Get[store.Service](ctx, r.Store, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	svc := it.Value
+	now := r.Now()
+	if svc.Status == "INACTIVE" {
+		return r.expire(ctx, it, now)
+	}
+	items, err := r.tasks(ctx, svc)
+	if err != nil {
+		return 0, err
+	}
+	instances, err := r.instances(ctx, svc.Cluster)
+	if err != nil {
+		return 0, err
+	}
+	tasks := make([]Task, len(items))
+	byID := make(map[string]store.Item[store.Task], len(items))
+	for i, t := range items {
+		tasks[i] = planTask(t.Value, instances)
+		byID[t.Value.ID] = t
+	}
+	sp := spec(svc)
+	plan := Decide(sp, tasks, now)
+
+	var events []string
+	name := "(service " + svc.ServiceName + ")"
+	// What was done before a failure is still worth telling.
+	fail := func(err error) (time.Duration, error) {
+		if rerr := r.record(ctx, svc, events, now); rerr != nil {
+			r.Log.Warn("record service events", "service", svc.ServiceArn, "err", rerr)
+		}
+		return 0, err
+	}
+
+	// Stops first: they free room and resources for the starts.
+	stops := plan.Stops[:min(len(plan.Stops), stopBatch)]
+	for _, reason := range []Reason{Orphaned, Unhealthy, Draining, Replaced, ScaleIn, Deleted} {
+		var batch []store.Item[store.Task]
+		var ids []string
+		for _, s := range stops {
+			if s.Reason == reason {
+				batch = append(batch, byID[s.ID])
+				ids = append(ids, s.ID)
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		if err := r.Tasks.StopServiceTasks(ctx, it, batch, stopReason(reason, sp.Primary)); err != nil {
+			return fail(err)
+		}
+		events = append(events, fmt.Sprintf("%s has stopped %d running tasks: %s.", name, len(ids), taskList(ids)))
+	}
+
+	var requeue time.Duration
+	if plan.Start > 0 {
+		started, unplaced, err := r.Tasks.StartServiceTasks(ctx, it, min(plan.Start, startBatch))
+		if fe := fault.As(err); fe != nil && fe.Kind != fault.Internal && fe.Kind != fault.Throttled {
+			// Nothing of the service can start (its task definition is
+			// being deleted, say): tell, and try again later.
+			events = append(events, fmt.Sprintf("%s is unable to start tasks: %s.", name, strings.TrimSuffix(fe.Message, ".")))
+			requeue, err = placementRetry, nil
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if len(started) > 0 {
+			events = append(events, fmt.Sprintf("%s has started %d tasks: %s.", name, len(started), taskList(started)))
+		}
+		for _, f := range dedupe(unplaced) {
+			events = append(events, fmt.Sprintf("%s was unable to place a task because no container instance met all of its requirements. Reason: %s.",
+				name, strings.TrimSuffix(f, ".")))
+		}
+		if len(unplaced) > 0 {
+			requeue = placementRetry
+		}
+	}
+	if plan.Throttled {
+		events = append(events, fmt.Sprintf("%s is unable to consistently start tasks successfully: %d launches in a row stopped before running for %s; the next launch waits until %s.",
+			name, plan.Failures, quickExit, plan.RetryAt.UTC().Format(time.RFC3339)))
+		requeue = soonest(requeue, plan.RetryAt.Sub(now))
+	}
+	if plan.Stalled {
+		events = append(events, fmt.Sprintf("%s cannot replace tasks: maximumPercent %d%% of %d desired leaves no room for another task and minimumHealthyPercent %d%% lets no RUNNING task stop.",
+			name, sp.MaximumPercent, sp.Desired, sp.MinimumHealthyPercent))
+	}
+	if !plan.Recheck.IsZero() {
+		requeue = soonest(requeue, plan.Recheck.Sub(now))
+	}
+
+	next, changed := settle(svc, plan, tasks, now)
+	var update *store.Service
+	if changed {
+		update = &next
+		for _, d := range next.Deployments {
+			if d.Status == "PRIMARY" && d.RolloutState == "COMPLETED" && primaryOf(svc).RolloutState != "COMPLETED" {
+				events = append(events, fmt.Sprintf("%s (deployment %s) deployment completed.", name, d.Id))
+			}
+		}
+		if next.Status == "INACTIVE" {
+			requeue = soonest(requeue, inactiveRetention)
+		}
+	}
+	if plan.Steady && next.Status == "ACTIVE" {
+		events = append(events, name+" has reached a steady state.")
+	}
+	// The service's new state and the events telling of it commit together.
+	tx := r.Store.Txn()
+	if update != nil {
+		tx.Update(it.Key, it.Rev, *update)
+	}
+	if err := r.addEvents(ctx, tx, svc, events, now); err != nil {
+		return 0, err
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		return fail(err)
+	}
+	return requeue, nil
+}
+
+func soonest(a, b time.Duration) time.Duration {
+	b = max(b, time.Millisecond)
+	if a == 0 || b < a {
+		return b
+	}
+	return a
+}
+
+func taskList(ids []string) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = "(task " + id + ")"
+	}
+	return strings.Join(parts, " ")
+}
+
+func dedupe(ss []string) []string {
+	var out []string
+	for _, s := range ss {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// stopReason is the stoppedReason a service gives its tasks.
+func stopReason(r Reason, deployment string) string {
+	switch r {
+	case Orphaned:
+		return "Container instance of the task is no longer registered"
+	case Unhealthy:
+		return "Task failed container health checks"
+	case Draining:
+		return "Container instance is draining; the task was replaced on another instance"
+	case Deleted:
+		return "Service is being deleted"
+	}
+	return "Scaling activity initiated by (deployment " + deployment + ")"
+}
+
+func primaryOf(svc store.Service) shapes.Deployment {
+	for _, d := range svc.Deployments {
+		if d.Status == "PRIMARY" {
+			return d
+		}
+	}
+	return shapes.Deployment{}
+}
+
+func spec(svc store.Service) Spec {
+	sp := Spec{MinimumHealthyPercent: 100, MaximumPercent: 200, Deleting: svc.Status == "DRAINING", Primary: primaryOf(svc).Id}
+	if svc.DesiredCount != nil {
+		sp.Desired = int(*svc.DesiredCount)
+	}
+	if dc := svc.DeploymentConfiguration; dc != nil {
+		if dc.MinimumHealthyPercent != nil {
+			sp.MinimumHealthyPercent = int(*dc.MinimumHealthyPercent)
+		}
+		if dc.MaximumPercent != nil {
+			sp.MaximumPercent = int(*dc.MaximumPercent)
+		}
+	}
+	if g := svc.HealthCheckGracePeriodSeconds; g != nil {
+		sp.GracePeriod = time.Duration(*g) * time.Second
+	}
+	for _, d := range svc.Deployments {
+		if d.Id != sp.Primary {
+			sp.Others = append(sp.Others, d.Id)
+		}
+	}
+	return sp
+}
+
+func planTask(t store.Task, instances map[string]string) Task {
+	return Task{
+		ID: t.ID, Deployment: t.StartedBy, LastStatus: t.LastStatus, Desired: t.DesiredStatus, Health: t.HealthStatus,
+		Instance: instances[t.InstanceID], StopCode: t.StopCode,
+		CreatedAt: t.CreatedAt.Time, StartedAt: t.StartedAt.Time, StoppedAt: t.StoppedAt.Time,
+	}
+}
+
+// settle records what the plan says about the service itself: drained
+// deployments leave the list, the primary rollout completes when the
+// service is steady, and a deleted service becomes INACTIVE once its
+// tasks have stopped.
+func settle(svc store.Service, plan Plan, tasks []Task, now time.Time) (store.Service, bool) {
+	changed := false
+	at := shapes.At(now)
+	deps := make([]shapes.Deployment, 0, len(svc.Deployments))
+	for _, d := range svc.Deployments {
+		if slices.Contains(plan.Drained, d.Id) {
+			changed = true
+			continue
+		}
+		if d.Status == "PRIMARY" && plan.Steady && d.RolloutState == "IN_PROGRESS" && svc.Status == "ACTIVE" {
+			d.RolloutState = "COMPLETED"
+			d.RolloutStateReason = "ECS deployment " + d.Id + " completed."
+			d.UpdatedAt = at
+			changed = true
+		}
+		deps = append(deps, d)
+	}
+	svc.Deployments = deps
+	if svc.Status == "DRAINING" && !slices.ContainsFunc(tasks, func(t Task) bool { return t.LastStatus != "STOPPED" && t.Instance != "" }) {
+		svc.Status = "INACTIVE"
+		svc.InactiveAt = now
+		changed = true
+	}
+	return svc, changed
+}
+
+// expire removes an INACTIVE service and its events once it has been
+// describable for inactiveRetention.
+func (r *Reconciler) expire(ctx context.Context, it store.Item[store.Service], now time.Time) (time.Duration, error) {
+	if left := it.Value.InactiveAt.Add(inactiveRetention).Sub(now); left > 0 {
+		return left, nil
+	}
+	tx := r.Store.Txn().Delete(it.Key, it.Rev)
+	ekey := store.ServiceEventsKey(it.Value.Cluster, it.Value.ServiceName)
+	if ev, err := store.Get[store.ServiceEvents](ctx, r.Store, ekey); err == nil {
+		tx.Delete(ekey, ev.Rev)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return 0, err
+	}
+	_, err := tx.Commit(ctx)
+	return 0, err
+}
+
+// tasks lists the service's tasks, stopped ones included (launch
+// throttling reads them).
+func (r *Reconciler) tasks(ctx context.Context, svc store.Service) ([]store.Item[store.Task], error) {
+	all, _, err := store.List[store.Task](ctx, r.Store, store.TaskPrefix(svc.Cluster), "", 0)
+	if err != nil {
+		return nil, err
+	}
+	group := "service:" + svc.ServiceName
+	return slices.DeleteFunc(all, func(t store.Item[store.Task]) bool { return t.Value.Group != group }), nil
+}
+
+// instances maps the cluster's instance IDs to their status; INACTIVE
+// instances are left out, as gone.
+func (r *Reconciler) instances(ctx context.Context, cluster string) (map[string]string, error) {
+	items, _, err := store.List[store.ContainerInstance](ctx, r.Store, store.ContainerInstancePrefix(cluster), "", 0)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]string, len(items))
+	for _, it := range items {
+		if it.Value.Status != "INACTIVE" {
+			m[it.Value.ID] = it.Value.Status
+		}
+	}
+	return m, nil
+}
+
+// record adds events to the service's list on their own.
+func (r *Reconciler) record(ctx context.Context, svc store.Service, msgs []string, now time.Time) error {
+	return store.Retry(ctx, func() error {
+		tx := r.Store.Txn()
+		if err := r.addEvents(ctx, tx, svc, msgs, now); err != nil {
+			return err
+		}
+		_, err := tx.Commit(ctx)
+		return err
+	})
+}
+
+// addEvents writes, in tx, the service's events with msgs added, newest
+// first. A message equal to one recorded within repeatWindow is dropped,
+// and "steady state" only follows something else, so that a quiet service
+// does not fill its list.
+func (r *Reconciler) addEvents(ctx context.Context, tx *store.Txn, svc store.Service, msgs []string, now time.Time) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	key := store.ServiceEventsKey(svc.Cluster, svc.ServiceName)
+	cur, err := store.Get[store.ServiceEvents](ctx, r.Store, key)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	exists := err == nil
+	old := cur.Value.Events
+	var add []shapes.ServiceEvent
+	for _, m := range msgs {
+		if !repeated(old, m, now) {
+			add = append([]shapes.ServiceEvent{{Id: newEventID(), CreatedAt: shapes.At(now), Message: m}}, add...)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	next := store.ServiceEvents{Events: append(add, old...)}
+	next.Events = next.Events[:min(len(next.Events), maxEvents)]
+	if exists {
+		tx.Update(key, cur.Rev, next)
+	} else {
+		tx.Create(key, next)
+	}
+	return nil
+}
+
+func repeated(events []shapes.ServiceEvent, msg string, now time.Time) bool {
+	if strings.HasSuffix(msg, "has reached a steady state.") {
+		return len(events) > 0 && events[0].Message == msg
+	}
+	for _, e := range events {
+		if now.Sub(e.CreatedAt.Time) > repeatWindow {
+			break
+		}
+		if e.Message == msg {
+			return true
+		}
+	}
+	return false
+}
+
+// newEventID is a random UUID, the form ECS event IDs take.
+func newEventID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
