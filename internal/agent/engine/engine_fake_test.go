@@ -321,10 +321,22 @@ func TestFakeAdmission(t *testing.T) {
 
 	// While b stops, a daemon waits for its memory rather than being
 	// refused, and a standalone task queued before it does not jump ahead.
+	gate := make(chan struct{})
+	rt.mu.Lock()
+	rt.stopGate = gate
+	rt.mu.Unlock()
 	d := mk("d", protocol.KindDaemon, 512)
 	s := mk("s", protocol.KindStandalone, 512)
 	b.DesiredStatus = StatusStopped
 	h.e.SetDesired([]protocol.Task{a, b, s, d})
+	waitFor(t, "both waiting for b's memory", wait, func() bool {
+		info, _ := h.e.Task(d.Arn)
+		return h.e.Stats().WaitingForRoom == 2 && info.Waiting != ""
+	})
+	if info, _ := h.e.Task(d.Arn); info.Waiting != "RESOURCE:MEMORY - task needs 512 MiB, 0 MiB free of 1024 MiB" {
+		t.Errorf("waiting reason %q", info.Waiting)
+	}
+	close(gate)
 	h.waitStatus(d.Arn, StatusRunning, wait)
 	st = h.waitStatus(s.Arn, StatusStopped, wait)
 	if !strings.HasPrefix(st.StoppedReason, "RESOURCE:MEMORY") {

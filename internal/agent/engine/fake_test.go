@@ -27,6 +27,7 @@ type fakeRuntime struct {
 	pullErr    map[string]error
 	hangPull   map[string]bool // pulls of these images block until ctx ends
 	hangStart  bool
+	stopGate   chan struct{} // when set, stops wait for it to close
 	containers map[string]*fakeContainer
 	names      map[string]string
 	next       int
@@ -215,7 +216,17 @@ func (f *fakeRuntime) removeBehindBack(id string) {
 	}
 }
 
-func (f *fakeRuntime) Stop(_ context.Context, id string, _ time.Duration) error {
+func (f *fakeRuntime) Stop(ctx context.Context, id string, _ time.Duration) error {
+	f.mu.Lock()
+	gate := f.stopGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls["stop"]++
