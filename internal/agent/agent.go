@@ -101,9 +101,31 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 
 	client := ecs.New(ecs.Options{Region: cfg.Region, BaseEndpoint: aws.String(cfg.Endpoint),
 		Credentials: credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey.Reveal(), "")})
+	for {
+		err := runInstance(ctx, cfg, o, db, rt, client, capacity, info, log)
+		if !errors.Is(err, session.ErrInstanceInactive) {
+			return err
+		}
+		log.Warn("this instance was deregistered; retiring its containers and registering a new instance")
+	}
+}
+
+// runInstance registers the instance and serves it until ctx ends or the
+// instance is deregistered.
+func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB, rt runtime.Runtime, client *ecs.Client,
+	capacity resources.Capacity, info runtime.Info, log *slog.Logger) error {
+	previous, err := db.InstanceARN()
+	if err != nil {
+		return err
+	}
 	instanceArn, err := register(ctx, client, db, cfg, capacity, info, log)
 	if err != nil {
 		return err
+	}
+	if previous != "" && previous != instanceArn {
+		if err := retire(ctx, rt, db, previous, log); err != nil {
+			return err
+		}
 	}
 	log.Info("registered", "instance", instanceArn, "cpu", capacity.CPU, "memory_mib", capacity.AvailableMemoryMiB())
 
@@ -149,6 +171,7 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer mdListener.Close()
 	var wg sync.WaitGroup
 	errs := make(chan error, 5)
 	run := func(name string, fn func() error) {
@@ -178,11 +201,56 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	select {
 	case <-ctx.Done():
 	case runErr = <-errs:
-		log.Error("agent component failed", "err", runErr)
+		if !errors.Is(runErr, session.ErrInstanceInactive) {
+			log.Error("agent component failed", "err", runErr)
+		}
 	}
 	cancel()
 	wg.Wait()
 	return runErr
+}
+
+// retire removes what a deregistered instance left: its containers (the
+// server has stopped their tasks) and its local records.
+func retire(ctx context.Context, rt runtime.Runtime, db *state.DB, instanceArn string, log *slog.Logger) error {
+	cs, err := rt.List(ctx, map[string]string{"com.capstan.instance": instanceArn})
+	if err != nil {
+		return fmt.Errorf("list containers of the old instance: %w", err)
+	}
+	for _, c := range cs {
+		if err := rt.Stop(ctx, c.ID, 30*time.Second); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			log.Warn("stop container of the old instance", "container", c.ID, "err", err)
+		}
+		if err := rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			log.Warn("remove container of the old instance", "container", c.ID, "err", err)
+		}
+	}
+	tasks, err := db.Tasks()
+	if err != nil {
+		return err
+	}
+	for arn := range tasks {
+		if err := db.DeleteTask(arn); err != nil {
+			return err
+		}
+	}
+	last, err := db.LastBatchID()
+	if err != nil {
+		return err
+	}
+	if err := db.AckThrough(last); err != nil {
+		return err
+	}
+	// The old instance's desired tasks must not be resumed by the new one.
+	seq, _, err := db.Manifest()
+	if err != nil {
+		return err
+	}
+	if err := db.PutManifest(seq, []byte(fmt.Sprintf(`{"seq":%d,"tasks":[]}`, seq))); err != nil {
+		return err
+	}
+	log.Info("retired the old instance", "instance", instanceArn, "containers", len(cs))
+	return nil
 }
 
 // waitForRuntime retries until the container runtime answers.

@@ -15,6 +15,7 @@ import (
 	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/auth"
 	"github.com/capstanhq/capstan/internal/fault"
+	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/store"
 	"github.com/capstanhq/capstan/internal/taskdef"
 )
@@ -202,6 +203,12 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 				return fault.Denied("agent credential %s belongs to cluster %q, not %q", caller.AccessKeyID, cred.Value.Cluster, cluster)
 			}
 			id = cred.Value.InstanceID
+			if id != "" && req.ContainerInstanceArn == "" {
+				// The bound instance was deregistered: the credential moves to a new one.
+				if cur, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cluster, id)); err == nil && cur.Value.Status == "INACTIVE" {
+					id = ""
+				}
+			}
 		}
 		if req.ContainerInstanceArn != "" {
 			named, err := s.instanceID("containerInstanceArn", cluster, req.ContainerInstanceArn)
@@ -256,7 +263,7 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 			ci.Tags = req.Tags
 		}
 		*ci.Version = *ci.Version + 1
-		if caller.Role == auth.RoleAgent && cred.Value.InstanceID == "" {
+		if caller.Role == auth.RoleAgent && cred.Value.InstanceID != id {
 			c := cred.Value
 			c.InstanceID = id
 			tx.Update(cred.Key, cred.Rev, c)
@@ -569,12 +576,25 @@ func (s *Service) DeregisterContainerInstance(ctx context.Context, req *shapes.D
 			return fault.ClientError("container instance %s still has %d task(s) not stopped; stop them, drain the instance, or use force", id, live)
 		}
 		tx := s.st.Txn()
-		// Forced: its tasks are told to stop rather than left orphaned.
-		for _, t := range tasks {
-			if t.Value.DesiredStatus != "STOPPED" {
-				if err := s.stopTaskTxn(ctx, tx, t, "TaskFailedToStart", "Container instance deregistration forced by a user"); err != nil {
-					return err
-				}
+		// Forced: the instance's agent will retire its containers and can no
+		// longer report, so its tasks are recorded STOPPED now rather than
+		// left orphaned.
+		for _, it := range tasks {
+			t := it.Value
+			if t.LastStatus == "STOPPED" {
+				continue
+			}
+			t.DesiredStatus = "STOPPED"
+			if t.StopCode == "" {
+				t.StopCode, t.StoppedReason = "TaskFailedToStart", "Container instance deregistration forced by a user"
+			}
+			s.markStopped(&t)
+			t.Reserved = nil
+			*t.Version++
+			tx.Update(it.Key, it.Rev, t)
+			dkey := store.DesiredKey(t.Cluster, t.InstanceID, t.ID)
+			if d, err := store.Get[protocol.Task](ctx, s.st, dkey); err == nil {
+				tx.Delete(dkey, d.Rev)
 			}
 		}
 		ci.Status = "INACTIVE"

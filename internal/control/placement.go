@@ -152,4 +152,3 @@ func maxFree(cands []*candidate, f func(*candidate) int) int {
 	}
 	return m
 }
-

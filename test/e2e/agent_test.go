@@ -480,3 +480,37 @@ func (p *tcpProxy) heal() {
 	p.down = false
 	p.mu.Unlock()
 }
+
+// TestDeregisteredInstanceRejoins deregisters a live instance: the agent
+// retires its containers and registers a new instance by itself.
+func TestDeregisteredInstanceRejoins(t *testing.T) {
+	ctx := context.Background()
+	f := newFleet(t)
+	a := agents.Start(t, f.srv, f.cluster)
+	td := f.register("old", f.container("main", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"))
+	arn := f.run(td)
+	f.waitStatus(arn, "RUNNING", 60*time.Second)
+	_, err := f.c.DeregisterContainerInstance(ctx, &ecs.DeregisterContainerInstanceInput{Cluster: aws.String(f.cluster),
+		ContainerInstance: aws.String(a.InstanceArn), Force: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fresh string
+	eventually(t, 60*time.Second, "a new instance registers", func() bool {
+		out, err := f.c.ListContainerInstances(ctx, &ecs.ListContainerInstancesInput{Cluster: aws.String(f.cluster)})
+		if err != nil || len(out.ContainerInstanceArns) != 1 || out.ContainerInstanceArns[0] == a.InstanceArn {
+			return false
+		}
+		fresh = out.ContainerInstanceArns[0]
+		return f.connectedInstances() == 1
+	})
+	eventually(t, 60*time.Second, "the old instance's container is gone", func() bool { return len(f.containers(arn)) == 0 })
+	if s := aws.ToString(f.task(arn).LastStatus); s != "STOPPED" {
+		t.Fatalf("task of the deregistered instance is %s", s)
+	}
+	// The new instance takes work.
+	next := f.run(td)
+	if got := aws.ToString(f.waitStatus(next, "RUNNING", 60*time.Second).ContainerInstanceArn); got != fresh {
+		t.Fatalf("new task on %s, want %s", got, fresh)
+	}
+}

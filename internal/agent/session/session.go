@@ -28,6 +28,10 @@ import (
 	"github.com/capstanhq/capstan/internal/protocol"
 )
 
+// ErrInstanceInactive ends Run: the server deregistered this instance, so
+// the agent must retire it and register anew.
+var ErrInstanceInactive = errors.New("session: the container instance was deregistered")
+
 // Store is the durable part of the session.
 type Store interface {
 	PutManifest(seq uint64, data []byte) error
@@ -117,12 +121,14 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 	}
 	var wg sync.WaitGroup
+	defer wg.Wait()
+	cctx, stopCollect := context.WithCancel(ctx)
+	defer stopCollect() // before the Wait above: Run may return while ctx lives
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		c.collect(ctx)
+		c.collect(cctx)
 	}()
-	defer wg.Wait()
 
 	backoff := c.cfg.MinBackoff
 	for attempt := 0; ; attempt++ {
@@ -133,6 +139,9 @@ func (c *Client) Run(ctx context.Context) error {
 		err := c.session(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, ErrInstanceInactive) {
+			return err
 		}
 		if time.Since(started) > 2*c.cfg.MaxBackoff {
 			backoff = c.cfg.MinBackoff // a long healthy session resets the back-off
@@ -410,7 +419,10 @@ func (c *Client) reader(ctx context.Context, conn *websocket.Conn, out chan<- pr
 		case protocol.TypeError:
 			if m.Error != nil {
 				c.cfg.Log.Warn("server reported an error", "code", m.Error.Code, "message", m.Error.Message)
-				if m.Error.Code == "InstanceInactive" || m.Error.Code == "AccessDenied" {
+				if m.Error.Code == "InstanceInactive" {
+					return ErrInstanceInactive
+				}
+				if m.Error.Code == "AccessDenied" {
 					return fmt.Errorf("%s: %s", m.Error.Code, m.Error.Message)
 				}
 			}
