@@ -87,6 +87,11 @@
 // back kills nothing. Each restored task reports its state once more with
 // a new Seq, so a state persisted but not delivered before a crash is sent.
 //
+// A record that cannot be written is logged and written again with the
+// task's next change; the state is still reported, since holding every
+// task's reports back on a broken disk would help nobody. Snapshot and Task
+// are updated before a state goes out on Changes, so they never lag it.
+//
 // Besides events, the engine lists the instance's containers every
 // ReconcileInterval (and right after the event stream breaks), so a death
 // or removal missed while events were lost is still noticed; a container
@@ -94,5 +99,7 @@
 // the agent".
 //
 // A stopped task's containers and record are removed CleanupWait after it
-// stopped, and only once its STOPPED state has been emitted.
+// stopped, and only once its STOPPED state has been emitted. A container
+// that starts after its task has stopped (a start that timed out but went
+// through, or a start by hand) is stopped again without being reported.
 package engine

@@ -35,7 +35,9 @@ type Config struct {
 	Store                Store
 	Cluster              string
 	ContainerInstanceArn string // labels every container; required
-	Resources            resources.Capacity
+	// Resources is the instance's capacity; a zero CPU or memory is not
+	// accounted.
+	Resources resources.Capacity
 
 	StopTimeout  time.Duration // ECS_CONTAINER_STOP_TIMEOUT, default 30s
 	StartTimeout time.Duration // ECS_CONTAINER_START_TIMEOUT, default 3m
