@@ -618,3 +618,23 @@ func TestFakeRestoreExitedWhileDown(t *testing.T) {
 		t.Fatalf("state %+v", st)
 	}
 }
+
+// TestFakeEventStreamBreaks: an exit whose event was lost is found by the
+// listing that follows a broken event stream, long before the periodic one.
+func TestFakeEventStreamBreaks(t *testing.T) {
+	rt := newFakeRuntime()
+	h := startEngine(t, Config{Runtime: rt, ReconcileInterval: time.Hour})
+	task := newTestTask("evbreak", ctrDef("app", "busybox"))
+	h.e.SetDesired([]protocol.Task{task})
+	st := h.waitStatus(task.Arn, StatusRunning, wait)
+	rt.mu.Lock()
+	rt.mute = true
+	rt.mu.Unlock()
+	rt.exit(containerOf(st, "app").RuntimeID, 5)
+	rt.breakEvents()
+	st = h.waitStatus(task.Arn, StatusStopped, wait)
+	if *containerOf(st, "app").ExitCode != 5 {
+		t.Fatalf("state %+v", st)
+	}
+	waitFor(t, "the event stream reopened", wait, func() bool { return rt.streams() == 1 })
+}

@@ -32,6 +32,8 @@ type fakeRuntime struct {
 	names      map[string]string
 	next       int
 	subs       []chan runtime.Event
+	breaks     []chan error // one per open stream: send to break it
+	mute       bool         // events are lost
 	calls      map[string]int
 	now        func() time.Time
 }
@@ -70,6 +72,9 @@ func (f *fakeRuntime) emit(id, action string, extra func(*runtime.Event)) {
 	}
 	if extra != nil {
 		extra(&ev)
+	}
+	if f.mute {
+		return
 	}
 	for _, s := range f.subs {
 		select {
@@ -205,6 +210,25 @@ func (f *fakeRuntime) setHealth(id, health string) {
 	}
 }
 
+// breakEvents ends every open event stream with an error.
+func (f *fakeRuntime) breakEvents() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.breaks {
+		select {
+		case b <- errors.New("fake: event stream broke"):
+		default:
+		}
+	}
+}
+
+// streams counts open event streams.
+func (f *fakeRuntime) streams() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.subs)
+}
+
 // removeBehindBack deletes a container without any event, as if events
 // were lost.
 func (f *fakeRuntime) removeBehindBack(id string) {
@@ -294,20 +318,26 @@ func (f *fakeRuntime) Events(ctx context.Context) (<-chan runtime.Event, <-chan 
 	in := make(chan runtime.Event, 1024)
 	out := make(chan runtime.Event)
 	errc := make(chan error, 1)
+	brk := make(chan error, 1)
 	f.mu.Lock()
 	f.subs = append(f.subs, in)
+	f.breaks = append(f.breaks, brk)
 	f.mu.Unlock()
 	go func() {
 		defer close(out)
 		defer func() {
 			f.mu.Lock()
 			f.subs = slices.DeleteFunc(f.subs, func(c chan runtime.Event) bool { return c == in })
+			f.breaks = slices.DeleteFunc(f.breaks, func(c chan error) bool { return c == brk })
 			f.mu.Unlock()
 		}()
 		for {
 			select {
 			case <-ctx.Done():
 				errc <- nil
+				return
+			case err := <-brk:
+				errc <- err
 				return
 			case ev := <-in:
 				select {
