@@ -90,7 +90,17 @@ func (s *Service) CreateAgentCredential(ctx context.Context, req *CreateAgentCre
 		return nil, err
 	}
 	cred := s.MintAgentCredential(cl.Value.ClusterName, req.Description)
-	if _, err := s.st.Txn().Unchanged(cl.Key, cl.Rev).Create(store.CredentialKey(cred.AccessKeyID), cred).Commit(ctx); err != nil {
+	tx := s.st.Txn().Unchanged(cl.Key, cl.Rev)
+	if req.CapacityProvider != "" {
+		// Instances of this credential belong to the capacity provider: its daemons run there.
+		cp, err := s.clusterCapacityProvider(ctx, "capacityProvider", req.CapacityProvider, cl.Value.ClusterName)
+		if err != nil {
+			return nil, err
+		}
+		cred.CapacityProvider = cp.Value.Name
+		tx.Unchanged(cp.Key, cp.Rev)
+	}
+	if _, err := tx.Create(store.CredentialKey(cred.AccessKeyID), cred).Commit(ctx); err != nil {
 		return nil, storeErr(err)
 	}
 	return &CreateAgentCredentialResponse{AccessKeyID: cred.AccessKeyID, SecretAccessKey: cred.SecretAccessKey, Cluster: cred.Cluster}, nil

@@ -254,6 +254,11 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 				ci.AccessKeyID = caller.AccessKeyID
 				ci.CapacityProviderName = cred.Value.CapacityProvider
 			}
+			if ci.CapacityProviderName != "" {
+				// Daemons come first: the daemons controller activates the
+				// instance once its critical daemons run.
+				ci.Status = "REGISTERING"
+			}
 			tx.Create(store.ContainerInstanceKey(cluster, id), &ci)
 		}
 		ci.RegisteredResources = total.shapes()

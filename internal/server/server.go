@@ -25,6 +25,7 @@ import (
 	"github.com/capstanhq/capstan/internal/auth"
 	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/controller"
+	"github.com/capstanhq/capstan/internal/controller/daemons"
 	"github.com/capstanhq/capstan/internal/controller/deployments"
 	"github.com/capstanhq/capstan/internal/controller/services"
 	"github.com/capstanhq/capstan/internal/gateway"
@@ -196,9 +197,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 func runControllers(ctx context.Context, st *store.Store, svc *control.Service, log *slog.Logger) {
 	dep := &deployments.Reconciler{Store: st, Now: time.Now, Log: log, DaemonRemoved: svc.FinishDaemonTaskDefinitionDeletes}
 	svcs := &services.Reconciler{Store: st, Tasks: svc, Now: time.Now, Log: log}
+	dmn := &daemons.Reconciler{Store: st, Svc: svc, Now: time.Now, Log: log}
 	loops := []*controller.Loop{
 		{Name: "deployments", Store: st, Prefix: "daemondeployments/", Reconcile: dep.Reconcile, Workers: 4, Resync: time.Minute, Log: log},
 		{Name: "services", Store: st, Prefix: "services/", Reconcile: svcs.Reconcile, Follow: svcs.Follows(), Workers: 4, Resync: time.Minute, Log: log},
+		{Name: "daemons", Store: st, Prefix: daemons.Prefix, Reconcile: dmn.Reconcile, Follow: dmn.Follows(), Workers: 4, Resync: 30 * time.Second, Log: log},
 	}
 	var wg sync.WaitGroup
 	for _, l := range loops {

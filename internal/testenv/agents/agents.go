@@ -39,6 +39,19 @@ func Credential(t testing.TB, s *testenv.Server, cluster string) (key, secret st
 	return out.AccessKeyID, out.SecretAccessKey
 }
 
+// EnvFor is Env for an instance of a capacity provider: its credential
+// binds the instance to it, so the provider's daemons run there.
+func EnvFor(t testing.TB, s *testenv.Server, cluster, capacityProvider, dataDir string) map[string]string {
+	t.Helper()
+	out, err := s.Service.CreateAgentCredential(context.Background(), &control.CreateAgentCredentialRequest{Cluster: cluster, CapacityProvider: capacityProvider})
+	if err != nil {
+		t.Fatalf("mint agent credential: %v", err)
+	}
+	env := Env(t, s, cluster, dataDir)
+	env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = out.AccessKeyID, out.SecretAccessKey
+	return env
+}
+
 // Env is the environment a test agent starts with; tests may change
 // it before StartAgentEnv.
 func Env(t testing.TB, s *testenv.Server, cluster, dataDir string) map[string]string {

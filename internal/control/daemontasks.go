@@ -1,0 +1,321 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// DaemonPlacementKey holds which task runs a daemon on an instance. Every
+// daemon task is created together with this record, revision-checked, so
+// there is never more than one per daemon and instance.
+func DaemonPlacementKey(cluster, instance, daemon string) string {
+	return DaemonPlacementPrefix(cluster, instance) + daemon
+}
+
+// DaemonPlacementPrefix lists the daemon placements of an instance.
+func DaemonPlacementPrefix(cluster, instance string) string {
+	return "daemonplacements/" + cluster + "/" + instance + "/"
+}
+
+// DaemonPlacement is a daemon's task on one instance.
+type DaemonPlacement struct {
+	Daemon      string    `json:"daemon"`
+	TaskID      string    `json:"taskId"`
+	RevisionArn string    `json:"revisionArn"`
+	Attempts    int       `json:"attempts"`    // failed starts in a row
+	LastFailure time.Time `json:"lastFailure"` // of the latest failed start
+	Failure     string    `json:"failure,omitempty"`
+}
+
+// DaemonDefinition turns a daemon task definition into the task definition
+// form agents run: network mode "daemon" (the instance's shared daemon
+// namespace), shared PID/IPC as host namespaces, log-driver volumes as the
+// engine's container log directory.
+func DaemonDefinition(td shapes.DaemonTaskDefinition) (shapes.TaskDefinition, error) {
+	var out shapes.TaskDefinition
+	b, err := json.Marshal(td.ContainerDefinitions)
+	if err != nil {
+		return out, err
+	}
+	// The daemon container shape is a subset of the task one, member for member.
+	if err := json.Unmarshal(b, &out.ContainerDefinitions); err != nil {
+		return out, err
+	}
+	out.Family, out.Revision, out.TaskDefinitionArn = td.Family, td.Revision, td.DaemonTaskDefinitionArn
+	out.Cpu, out.Memory, out.Status = td.Cpu, td.Memory, "ACTIVE"
+	out.TaskRoleArn, out.ExecutionRoleArn = td.TaskRoleArn, td.ExecutionRoleArn
+	out.NetworkMode = "daemon"
+	if td.PidMode == "shared" {
+		out.PidMode = "host"
+	}
+	if td.IpcMode == "shared" {
+		out.IpcMode = "host"
+	}
+	for _, v := range td.Volumes {
+		vol := shapes.Volume{Name: v.Name, Host: v.Host}
+		if v.LogDriverVolumeConfiguration != nil {
+			vol.Host = &shapes.HostVolumeProperties{SourcePath: "/var/lib/docker/containers"}
+		}
+		out.Volumes = append(out.Volumes, vol)
+	}
+	return out, nil
+}
+
+// DaemonsFor lists the ACTIVE daemons of a cluster that target a capacity
+// provider (by name).
+func (s *Service) DaemonsFor(ctx context.Context, cluster, capacityProvider string) ([]store.Daemon, error) {
+	if capacityProvider == "" {
+		return nil, nil
+	}
+	items, _, err := store.List[store.Daemon](ctx, s.st, store.DaemonPrefix(cluster), "", 0)
+	if err != nil {
+		return nil, err
+	}
+	arn := s.arns.capacityProvider(capacityProvider)
+	var out []store.Daemon
+	for _, it := range items {
+		if it.Value.Status == "ACTIVE" && slices.Contains(it.Value.Spec.CapacityProviderArns, arn) {
+			out = append(out, it.Value)
+		}
+	}
+	return out, nil
+}
+
+// Placements lists the daemon placements of an instance, by daemon name.
+func (s *Service) Placements(ctx context.Context, cluster, instance string) (map[string]store.Item[DaemonPlacement], error) {
+	items, _, err := store.List[DaemonPlacement](ctx, s.st, DaemonPlacementPrefix(cluster, instance), "", 0)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]store.Item[DaemonPlacement]{}
+	for _, it := range items {
+		out[it.Value.Daemon] = it
+	}
+	return out, nil
+}
+
+// Task reads a task by cluster and ID.
+func (s *Service) Task(ctx context.Context, cluster, id string) (store.Task, error) {
+	it, err := store.Get[store.Task](ctx, s.st, store.TaskKey(cluster, id))
+	return it.Value, err
+}
+
+// ErrNoRoom means a daemon task does not fit on its instance.
+var ErrNoRoom = errors.New("not enough resources on the instance")
+
+// StartDaemonTask places a task of daemon d on instance ci, at the given
+// revision, replacing the placement record prev (nil for the first). The
+// task, its desired entry, the instance's resources and the placement are
+// written in one transaction.
+func (s *Service) StartDaemonTask(ctx context.Context, ci store.ContainerInstance, d store.Daemon, revisionArn string, prev *store.Item[DaemonPlacement]) (store.Task, error) {
+	var out store.Task
+	err := retry(ctx, func() error {
+		inst, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(ci.Cluster, ci.ID))
+		if err != nil {
+			return err
+		}
+		rc, dn, rid, ok := s.arns.daemonChild("daemon-revision", revisionArn)
+		if !ok {
+			return fmt.Errorf("bad daemon revision %q", revisionArn)
+		}
+		rev, err := store.Get[store.DaemonRevision](ctx, s.st, store.DaemonRevisionKey(rc, dn, rid))
+		if err != nil {
+			return err
+		}
+		family, revNo, err := s.arns.familyRevision("daemonTaskDefinitionArn", "daemon-task-definition", rev.Value.DaemonTaskDefinitionArn)
+		if err != nil {
+			return err
+		}
+		td, err := store.Get[store.DaemonTaskDefinition](ctx, s.st, store.DaemonTaskDefinitionKey(family, revNo))
+		if err != nil {
+			return err
+		}
+		def, err := DaemonDefinition(td.Value.DaemonTaskDefinition)
+		if err != nil {
+			return err
+		}
+		n, err := taskNeed(def, nil)
+		if err != nil {
+			return err
+		}
+		rem := readResources(inst.Value.RemainingResources)
+		switch {
+		case rem.cpu < n.cpu:
+			return fmt.Errorf("%w: RESOURCE:CPU - daemon needs %d CPU units, %d free", ErrNoRoom, n.cpu, rem.cpu)
+		case rem.memory < n.mem:
+			return fmt.Errorf("%w: RESOURCE:MEMORY - daemon needs %d MiB, %d MiB free", ErrNoRoom, n.mem, rem.memory)
+		}
+		r := taskRequest{group: "daemon:" + d.Name, startedBy: "daemon/" + d.Name}
+		if d.Spec.PropagateTags == "DAEMON" {
+			r.tags = d.Tags
+		}
+		t, desired := s.newTask(ci.Cluster, d.ClusterArn, inst.Value, store.TaskDefinition{TaskDefinition: def}, r.group, r, n)
+		t.Kind, desired.Kind = protocol.KindDaemon, protocol.KindDaemon
+		placement := DaemonPlacement{Daemon: d.Name, RevisionArn: revisionArn, TaskID: t.ID}
+		pkey := DaemonPlacementKey(ci.Cluster, ci.ID, d.Name)
+		tx := s.st.Txn()
+		if prev != nil {
+			placement.Attempts, placement.LastFailure, placement.Failure = prev.Value.Attempts, prev.Value.LastFailure, prev.Value.Failure
+			tx.Update(pkey, prev.Rev, placement)
+		} else {
+			tx.Create(pkey, placement)
+		}
+		rem.cpu -= n.cpu
+		rem.memory -= n.mem
+		ci2 := inst.Value
+		ci2.RemainingResources = rem.shapes()
+		*ci2.Version++
+		tx.Update(inst.Key, inst.Rev, ci2)
+		tx.Create(store.TaskKey(ci.Cluster, t.ID), t)
+		tx.Create(store.DesiredKey(ci.Cluster, ci.ID, t.ID), desired)
+		if _, err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		out = t
+		return nil
+	})
+	return out, err
+}
+
+// RecordDaemonFailure notes a failed daemon start on its placement, for
+// back-off and counts.
+func (s *Service) RecordDaemonFailure(ctx context.Context, cluster, instance string, p store.Item[DaemonPlacement], reason string) error {
+	v := p.Value
+	v.Attempts++
+	v.LastFailure = s.now()
+	v.Failure = reason
+	v.TaskID = "" // the failure is counted once
+	_, err := s.st.Txn().Update(DaemonPlacementKey(cluster, instance, v.Daemon), p.Rev, v).Commit(ctx)
+	return storeErr(err)
+}
+
+// ResetDaemonFailures clears the failure count once a daemon task runs.
+func (s *Service) ResetDaemonFailures(ctx context.Context, cluster, instance string, p store.Item[DaemonPlacement]) error {
+	v := p.Value
+	if v.Attempts == 0 && v.Failure == "" {
+		return nil
+	}
+	v.Attempts, v.Failure = 0, ""
+	_, err := s.st.Txn().Update(DaemonPlacementKey(cluster, instance, v.Daemon), p.Rev, v).Commit(ctx)
+	return storeErr(err)
+}
+
+// RemovePlacement forgets a placement whose task has stopped.
+func (s *Service) RemovePlacement(ctx context.Context, cluster, instance string, p store.Item[DaemonPlacement]) error {
+	_, err := s.st.Txn().Delete(DaemonPlacementKey(cluster, instance, p.Value.Daemon), p.Rev).Commit(ctx)
+	return storeErr(err)
+}
+
+// StopTaskByID sets a task's desired status to STOPPED with a reason.
+func (s *Service) StopTaskByID(ctx context.Context, cluster, id, code, reason string) error {
+	return retry(ctx, func() error {
+		it, err := store.Get[store.Task](ctx, s.st, store.TaskKey(cluster, id))
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if it.Value.DesiredStatus == "STOPPED" {
+			return nil
+		}
+		tx := s.st.Txn()
+		if err := s.stopTaskTxn(ctx, tx, it, code, reason); err != nil {
+			return err
+		}
+		_, err = tx.Commit(ctx)
+		return err
+	})
+}
+
+// SetInstanceStatus moves an instance to status (ACTIVE, DRAINING,
+// REGISTERING) unless it is already there or INACTIVE.
+func (s *Service) SetInstanceStatus(ctx context.Context, cluster, id, status, reason string) error {
+	return retry(ctx, func() error {
+		it, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cluster, id))
+		if err != nil {
+			return err
+		}
+		ci := it.Value
+		if ci.Status == status || ci.Status == "INACTIVE" {
+			return nil
+		}
+		ci.Status, ci.StatusReason = status, reason
+		*ci.Version++
+		_, err = s.st.Txn().Update(it.Key, it.Rev, ci).Commit(ctx)
+		return err
+	})
+}
+
+// InstanceTasks lists the tasks placed on an instance that are not gone.
+func (s *Service) InstanceTasks(ctx context.Context, ci store.ContainerInstance) ([]store.Task, error) {
+	items, err := s.instanceTasks(ctx, ci)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Task, 0, len(items))
+	for _, it := range items {
+		out = append(out, it.Value)
+	}
+	return out, nil
+}
+
+// DeregisterDrained retires a drained instance: INACTIVE, nothing left on it.
+func (s *Service) DeregisterDrained(ctx context.Context, cluster, id string) error {
+	_, err := s.DeregisterContainerInstance(ctx, &shapes.DeregisterContainerInstanceRequest{Cluster: cluster, ContainerInstance: id, Force: ptr(true)})
+	return err
+}
+
+// IsDaemonTask reports whether a task belongs to a daemon.
+func IsDaemonTask(t store.Task) bool { return strings.HasPrefix(t.Group, "daemon:") }
+
+// Placement reads one daemon placement.
+func (s *Service) Placement(ctx context.Context, cluster, instance, daemon string) (store.Item[DaemonPlacement], error) {
+	return store.Get[DaemonPlacement](ctx, s.st, DaemonPlacementKey(cluster, instance, daemon))
+}
+
+// AutoRepair reports whether a capacity provider repairs its instances
+// (autoRepairConfiguration.actionsStatus; enabled unless DISABLED).
+func (s *Service) AutoRepair(ctx context.Context, capacityProvider string) (bool, error) {
+	it, err := store.Get[store.CapacityProvider](ctx, s.st, store.CapacityProviderKey(capacityProvider))
+	if err != nil {
+		return true, err
+	}
+	mip := it.Value.ManagedInstancesProvider
+	return mip == nil || mip.AutoRepairConfiguration == nil || mip.AutoRepairConfiguration.ActionsStatus != "DISABLED", nil
+}
+
+// RevisionHasHealthCheck reports whether a daemon revision's task
+// definition has a container health check.
+func (s *Service) RevisionHasHealthCheck(ctx context.Context, revisionArn string) bool {
+	c, dn, id, ok := s.arns.daemonChild("daemon-revision", revisionArn)
+	if !ok {
+		return false
+	}
+	rev, err := store.Get[store.DaemonRevision](ctx, s.st, store.DaemonRevisionKey(c, dn, id))
+	if err != nil {
+		return false
+	}
+	td, err := s.daemonTaskDefinitionByArn(ctx, rev.Value.DaemonTaskDefinitionArn)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(td.ContainerDefinitions, func(c shapes.DaemonContainerDefinition) bool { return c.HealthCheck != nil })
+}
+
+// TaskArn is the ARN of a task of this account.
+func (s *Service) TaskArn(cluster, id string) string {
+	if id == "" {
+		return ""
+	}
+	return s.arns.task(cluster, id)
+}

@@ -1,0 +1,246 @@
+package daemons
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/controller"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// Reconciler reconciles one container instance per call.
+type Reconciler struct {
+	Store *store.Store
+	Svc   *control.Service
+	Now   func() time.Time
+	Log   *slog.Logger
+	// Impaired, when set, is told about daemon start failures (events).
+	Impaired func(ctx context.Context, ci store.ContainerInstance, daemon store.Daemon, taskArn, failureType, reason string)
+}
+
+// Prefix is the key space the reconciler follows: container instances.
+const Prefix = "containerinstances/"
+
+// Follows maps daemon, task and placement changes to the instances they
+// concern.
+func (r *Reconciler) Follows() []controller.Follow {
+	return []controller.Follow{
+		{Prefix: "daemons/", Keys: r.instancesOfCluster},
+		{Prefix: "tasks/", Keys: r.instanceOfTask},
+	}
+}
+
+func (r *Reconciler) instancesOfCluster(ctx context.Context, ch store.Change) []string {
+	parts := strings.Split(ch.Key, "/")
+	if len(parts) < 2 {
+		return nil
+	}
+	items, _, err := store.List[rawInstance](ctx, r.Store, store.ContainerInstancePrefix(parts[1]), "", 0)
+	if err != nil {
+		return nil
+	}
+	keys := make([]string, 0, len(items))
+	for _, it := range items {
+		keys = append(keys, it.Key)
+	}
+	return keys
+}
+
+func (r *Reconciler) instanceOfTask(ctx context.Context, ch store.Change) []string {
+	if ch.Deleted {
+		return nil
+	}
+	var t struct {
+		Cluster    string `json:"capstanCluster"`
+		InstanceID string `json:"capstanInstanceId"`
+		Group      string `json:"group"`
+	}
+	if err := jsonUnmarshal(ch.Value, &t); err != nil || t.InstanceID == "" {
+		return nil
+	}
+	return []string{store.ContainerInstanceKey(t.Cluster, t.InstanceID)}
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+type rawInstance struct{}
+
+func (*rawInstance) UnmarshalJSON([]byte) error { return nil }
+
+// Reconcile plans and acts for the instance at key.
+func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, error) {
+	it, err := store.Get[store.ContainerInstance](ctx, r.Store, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	ci := it.Value
+	if ci.Status == "INACTIVE" || ci.CapacityProviderName == "" {
+		return 0, nil
+	}
+	daemons, err := r.daemonsOf(ctx, ci.Cluster)
+	if err != nil {
+		return 0, err
+	}
+	wanted, err := r.Svc.DaemonsFor(ctx, ci.Cluster, ci.CapacityProviderName)
+	if err != nil {
+		return 0, err
+	}
+	placements, err := r.Svc.Placements(ctx, ci.Cluster, ci.ID)
+	if err != nil {
+		return 0, err
+	}
+	tasks, err := r.Svc.InstanceTasks(ctx, ci)
+	if err != nil {
+		return 0, err
+	}
+	in := Input{Status: ci.Status, AutoRepair: true, Now: r.Now()}
+	byID := map[string]store.Task{}
+	for _, t := range tasks {
+		byID[t.ID] = t
+		if t.LastStatus == "STOPPED" {
+			continue
+		}
+		if control.IsDaemonTask(t) {
+			in.LiveDaemonTasks++
+		} else {
+			in.OtherLiveTasks++
+		}
+	}
+	if ar, err := r.Svc.AutoRepair(ctx, ci.CapacityProviderName); err == nil {
+		in.AutoRepair = ar
+	}
+	names := map[string]bool{}
+	for _, d := range wanted {
+		names[d.Name] = true
+	}
+	for name := range placements {
+		names[name] = true
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	slices.Sort(sorted)
+	for _, name := range sorted {
+		d := Daemon{Name: name, Wanted: slices.ContainsFunc(wanted, func(w store.Daemon) bool { return w.Name == name })}
+		if dd, ok := daemons[name]; ok {
+			d.Critical, d.RevisionArn = dd.Spec.Critical, dd.RevisionArn
+			d.HealthCheck = r.Svc.RevisionHasHealthCheck(ctx, dd.RevisionArn)
+		}
+		if p, ok := placements[name]; ok {
+			d.Placed, d.PlacedRev, d.Attempts, d.LastFailure = true, p.Value.RevisionArn, p.Value.Attempts, p.Value.LastFailure
+			if t, ok := byID[p.Value.TaskID]; ok {
+				d.TaskID, d.TaskLast, d.TaskDesired, d.TaskHealth, d.TaskReason = t.ID, t.LastStatus, t.DesiredStatus, t.HealthStatus, stopReason(t)
+			} else if p.Value.TaskID != "" {
+				if t, err := r.Svc.Task(ctx, ci.Cluster, p.Value.TaskID); err == nil {
+					d.TaskID, d.TaskLast, d.TaskDesired, d.TaskReason = t.ID, t.LastStatus, t.DesiredStatus, stopReason(t)
+				}
+			}
+		}
+		in.Daemons = append(in.Daemons, d)
+	}
+	var requeue time.Duration
+	for _, a := range Plan(in) {
+		if err := r.act(ctx, ci, daemons, placements, a, &requeue); err != nil {
+			return 0, err
+		}
+	}
+	return requeue, nil
+}
+
+func stopReason(t store.Task) string {
+	reason := t.StoppedReason
+	for _, c := range t.Containers {
+		if c.Reason != "" {
+			reason += " (" + c.Name + ": " + c.Reason + ")"
+		}
+	}
+	return reason
+}
+
+func (r *Reconciler) daemonsOf(ctx context.Context, cluster string) (map[string]store.Daemon, error) {
+	items, _, err := store.List[store.Daemon](ctx, r.Store, store.DaemonPrefix(cluster), "", 0)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]store.Daemon{}
+	for _, it := range items {
+		out[it.Value.Name] = it.Value
+	}
+	return out, nil
+}
+
+func (r *Reconciler) act(ctx context.Context, ci store.ContainerInstance, daemons map[string]store.Daemon, placements map[string]store.Item[control.DaemonPlacement], a Action, requeue *time.Duration) error {
+	later := func(d time.Duration) {
+		if *requeue == 0 || d < *requeue {
+			*requeue = d
+		}
+	}
+	switch a.Kind {
+	case Start:
+		var prev *store.Item[control.DaemonPlacement]
+		if p, ok := placements[a.Daemon]; ok {
+			prev = &p
+		}
+		_, err := r.Svc.StartDaemonTask(ctx, ci, daemons[a.Daemon], a.Revision, prev)
+		if errors.Is(err, control.ErrNoRoom) {
+			r.Log.Warn("daemon does not fit on instance", "instance", ci.ContainerInstanceArn, "daemon", a.Daemon, "err", err)
+			if r.Impaired != nil {
+				r.Impaired(ctx, ci, daemons[a.Daemon], "", "TASK_CREATION_FAILED", err.Error())
+			}
+			later(30 * time.Second)
+			return nil
+		}
+		if errors.Is(err, store.ErrConflict) {
+			later(100 * time.Millisecond)
+			return nil
+		}
+		if err == nil {
+			r.Log.Info("daemon task started", "instance", ci.ContainerInstanceArn, "daemon", a.Daemon, "revision", a.Revision)
+		}
+		return err
+	case Stop:
+		return r.Svc.StopTaskByID(ctx, ci.Cluster, a.TaskID, "ServiceSchedulerInitiated", a.Reason)
+	case Forget:
+		return r.Svc.RemovePlacement(ctx, ci.Cluster, ci.ID, placements[a.Daemon])
+	case Failed:
+		p := placements[a.Daemon]
+		r.Log.Warn("daemon task failed", "instance", ci.ContainerInstanceArn, "daemon", a.Daemon, "reason", a.Reason, "attempts", p.Value.Attempts+1)
+		if r.Impaired != nil {
+			r.Impaired(ctx, ci, daemons[a.Daemon], r.Svc.TaskArn(ci.Cluster, p.Value.TaskID), "TASK_FAILED_TO_RUN", a.Reason)
+		}
+		if err := r.Svc.RecordDaemonFailure(ctx, ci.Cluster, ci.ID, p, a.Reason); err != nil {
+			return err
+		}
+		// A start planned next must see the updated record.
+		np, err := r.Svc.Placement(ctx, ci.Cluster, ci.ID, a.Daemon)
+		if err != nil {
+			return err
+		}
+		placements[a.Daemon] = np
+		return nil
+	case Healthy:
+		return r.Svc.ResetDaemonFailures(ctx, ci.Cluster, ci.ID, placements[a.Daemon])
+	case Wait:
+		later(a.After)
+	case Activate:
+		r.Log.Info("instance active", "instance", ci.ContainerInstanceArn, "reason", a.Reason)
+		return r.Svc.SetInstanceStatus(ctx, ci.Cluster, ci.ID, "ACTIVE", "")
+	case Drain:
+		r.Log.Warn("draining instance", "instance", ci.ContainerInstanceArn, "reason", a.Reason)
+		return r.Svc.SetInstanceStatus(ctx, ci.Cluster, ci.ID, "DRAINING", a.Reason)
+	case Deregister:
+		r.Log.Info("deregistering drained instance", "instance", ci.ContainerInstanceArn)
+		return r.Svc.DeregisterDrained(ctx, ci.Cluster, ci.ID)
+	}
+	return nil
+}

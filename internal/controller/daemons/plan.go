@@ -1,0 +1,140 @@
+// Package daemons keeps exactly one task of every daemon on every instance
+// of the daemon's capacity providers, holds new instances REGISTERING until
+// their critical daemons run, restarts failed non-critical daemons with
+// back-off, repairs instances whose critical daemon fails, and on a
+// draining instance stops the daemons only after every other task.
+package daemons
+
+import (
+	"time"
+)
+
+// Daemon is one daemon as the planner sees it on one instance.
+type Daemon struct {
+	Name        string
+	Critical    bool
+	RevisionArn string // the daemon's current revision
+	HealthCheck bool   // some container has a health check
+	Wanted      bool   // the daemon targets the instance's capacity provider
+	// Placement, when the daemon has one on the instance.
+	Placed      bool
+	PlacedRev   string
+	Attempts    int
+	LastFailure time.Time
+	// Task is the placement's task: "" when there is none.
+	TaskID        string
+	TaskLast      string // lastStatus
+	TaskDesired   string
+	TaskHealth    string
+	TaskStartedAt time.Time
+	TaskReason    string
+}
+
+// Input is the instance and everything the planner needs about it.
+type Input struct {
+	Status          string // REGISTERING, ACTIVE, DRAINING
+	AutoRepair      bool
+	OtherLiveTasks  int // non-daemon tasks not STOPPED
+	Daemons         []Daemon
+	Now             time.Time
+	LiveDaemonTasks int // daemon tasks (any) not STOPPED
+}
+
+// Action kinds.
+const (
+	Start      = "start"      // start Daemon at Revision
+	Stop       = "stop"       // stop TaskID
+	Forget     = "forget"     // remove Daemon's placement
+	Failed     = "failed"     // record a failed start of Daemon
+	Healthy    = "healthy"    // reset Daemon's failure count
+	Activate   = "activate"   // instance REGISTERING → ACTIVE
+	Drain      = "drain"      // instance → DRAINING (auto-repair)
+	Deregister = "deregister" // drained instance → INACTIVE
+	Wait       = "wait"       // nothing now; look again after After
+)
+
+// Action is one step; Reason explains it.
+type Action struct {
+	Kind     string
+	Daemon   string
+	Revision string
+	TaskID   string
+	Reason   string
+	After    time.Duration
+}
+
+// Backoff is the wait before restarting a daemon after n failed starts in
+// a row: 5 s doubling to 5 minutes.
+func Backoff(n int) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	return min(5*time.Second<<min(n-1, 10), 5*time.Minute)
+}
+
+// Plan decides what to do on one instance.
+func Plan(in Input) []Action {
+	var acts []Action
+	draining := in.Status == "DRAINING"
+	criticalReady := true
+	for _, d := range in.Daemons {
+		live := d.TaskID != "" && d.TaskLast != "STOPPED"
+		switch {
+		case !d.Wanted || draining:
+			if live && d.TaskDesired != "STOPPED" {
+				if draining && in.OtherLiveTasks > 0 {
+					continue // daemons leave last
+				}
+				reason := "Daemon removed from the instance's capacity provider"
+				if draining {
+					reason = "Instance drained: daemons stop after every other task"
+				}
+				acts = append(acts, Action{Kind: Stop, Daemon: d.Name, TaskID: d.TaskID, Reason: reason})
+			} else if !live && d.Placed {
+				acts = append(acts, Action{Kind: Forget, Daemon: d.Name})
+			}
+			continue
+		case live:
+			ready := d.TaskLast == "RUNNING" && (!d.HealthCheck || d.TaskHealth == "HEALTHY")
+			if d.Critical && !ready {
+				criticalReady = false
+			}
+			if d.Critical && d.HealthCheck && d.TaskHealth == "UNHEALTHY" && in.Status == "ACTIVE" && in.AutoRepair {
+				acts = append(acts, Action{Kind: Drain, Daemon: d.Name, Reason: "auto-repair: critical daemon " + d.Name + " is UNHEALTHY"})
+			}
+			if ready && d.Attempts > 0 {
+				acts = append(acts, Action{Kind: Healthy, Daemon: d.Name})
+			}
+		default: // wanted, and no live task
+			if d.Critical {
+				criticalReady = false
+			}
+			if d.TaskID != "" && d.TaskLast == "STOPPED" {
+				// The daemon's task stopped on its own: a failure.
+				acts = append(acts, Action{Kind: Failed, Daemon: d.Name, Reason: d.TaskReason})
+				if d.Critical && in.Status == "ACTIVE" && in.AutoRepair {
+					acts = append(acts, Action{Kind: Drain, Daemon: d.Name, Reason: "auto-repair: critical daemon " + d.Name + " stopped: " + d.TaskReason})
+					continue
+				}
+				d.Attempts++
+				d.LastFailure = in.Now
+			}
+			if wait := Backoff(d.Attempts) - in.Now.Sub(d.LastFailure); d.Attempts > 0 && wait > 0 {
+				acts = append(acts, Action{Kind: Wait, Daemon: d.Name, After: wait})
+				continue
+			}
+			rev := d.RevisionArn
+			if d.Placed && d.PlacedRev != "" {
+				rev = d.PlacedRev // an instance keeps the revision it started with
+			}
+			acts = append(acts, Action{Kind: Start, Daemon: d.Name, Revision: rev})
+		}
+	}
+	switch {
+	case in.Status == "REGISTERING" && criticalReady:
+		acts = append(acts, Action{Kind: Activate, Reason: "every critical daemon is running"})
+	case draining && in.OtherLiveTasks == 0 && in.LiveDaemonTasks == 0:
+		acts = append(acts, Action{Kind: Deregister, Reason: "instance drained"})
+	}
+	return acts
+}

@@ -1,0 +1,136 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+
+	"github.com/capstanhq/capstan/internal/testenv/agents"
+)
+
+func (f *fleet) capacityProvider(name string) string {
+	f.t.Helper()
+	out, err := f.c.CreateCapacityProvider(context.Background(), &ecs.CreateCapacityProviderInput{Name: aws.String(name), Cluster: aws.String(f.cluster),
+		ManagedInstancesProvider: &types.CreateManagedInstancesProviderConfiguration{
+			InfrastructureRoleArn: aws.String("arn:aws:iam::123456789012:role/capstan"),
+			InstanceLaunchTemplate: &types.InstanceLaunchTemplate{Ec2InstanceProfileArn: aws.String("arn:aws:iam::123456789012:instance-profile/capstan"),
+				NetworkConfiguration: &types.ManagedInstancesNetworkConfiguration{Subnets: []string{"local"}}}}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return aws.ToString(out.CapacityProvider.CapacityProviderArn)
+}
+
+func (f *fleet) daemon(name, cp string, critical bool, cmd ...string) string {
+	f.t.Helper()
+	ctx := context.Background()
+	td, err := f.c.RegisterDaemonTaskDefinition(ctx, &ecs.RegisterDaemonTaskDefinitionInput{Family: aws.String(name),
+		ContainerDefinitions: []types.DaemonContainerDefinition{{Name: aws.String(name), Image: aws.String(f.image), Memory: aws.Int32(32), Command: cmd}}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out, err := f.c.CreateDaemon(ctx, &ecs.CreateDaemonInput{DaemonName: aws.String(name), ClusterArn: aws.String(f.cluster),
+		DaemonTaskDefinitionArn: td.DaemonTaskDefinitionArn, CapacityProviderArns: []string{cp}, Critical: aws.Bool(critical)})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return aws.ToString(out.DaemonArn)
+}
+
+func (f *fleet) instance(arn string) types.ContainerInstance {
+	f.t.Helper()
+	out, err := f.c.DescribeContainerInstances(context.Background(), &ecs.DescribeContainerInstancesInput{Cluster: aws.String(f.cluster), ContainerInstances: []string{arn}})
+	if err != nil || len(out.ContainerInstances) != 1 {
+		f.t.Fatalf("describe instance: %+v %v", out, err)
+	}
+	return out.ContainerInstances[0]
+}
+
+func (f *fleet) daemonTasks(daemon, status string) []types.Task {
+	f.t.Helper()
+	ctx := context.Background()
+	list, err := f.c.ListTasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(f.cluster), DaemonName: aws.String(daemon), DesiredStatus: types.DesiredStatus(status)})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if len(list.TaskArns) == 0 {
+		return nil
+	}
+	out, err := f.c.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String(f.cluster), Tasks: list.TaskArns})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return out.Tasks
+}
+
+// TestDaemonRunsFirstAndLeavesLast: a critical daemon holds the instance
+// REGISTERING until it runs, starts before any application task, and on
+// drain stops only after the application tasks.
+func TestDaemonRunsFirstAndLeavesLast(t *testing.T) {
+	ctx := context.Background()
+	f := newFleet(t)
+	cp := f.capacityProvider("fleet-mi")
+	f.daemon("metrics", cp, true, "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done")
+	a := agents.StartEnv(t, agents.EnvFor(t, f.srv, f.cluster, "fleet-mi", t.TempDir()), f.rt)
+	eventually(t, 60*time.Second, "instance ACTIVE", func() bool { return aws.ToString(f.instance(a.InstanceArn).Status) == "ACTIVE" })
+	dts := f.daemonTasks("metrics", "RUNNING")
+	if len(dts) != 1 || aws.ToString(dts[0].LastStatus) != "RUNNING" || aws.ToString(dts[0].ContainerInstanceArn) != a.InstanceArn {
+		t.Fatalf("daemon tasks when ACTIVE: %+v", dts)
+	}
+	td := f.register("app", f.container("app", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"))
+	app := f.waitStatus(f.run(td), "RUNNING", 60*time.Second)
+	if !dts[0].StartedAt.Before(*app.StartedAt) {
+		t.Fatalf("daemon started %v, app %v", dts[0].StartedAt, app.StartedAt)
+	}
+	// Exactly one daemon task, also after the controller had time to act again.
+	time.Sleep(500 * time.Millisecond)
+	if n := len(f.daemonTasks("metrics", "RUNNING")); n != 1 {
+		t.Fatalf("%d daemon tasks", n)
+	}
+
+	if _, err := f.c.UpdateContainerInstancesState(ctx, &ecs.UpdateContainerInstancesStateInput{Cluster: aws.String(f.cluster),
+		ContainerInstances: []string{a.InstanceArn}, Status: types.ContainerInstanceStatusDraining}); err != nil {
+		t.Fatal(err)
+	}
+	// A standalone task is not stopped by draining (ECS semantics); the
+	// daemon waits for it. Stop it as its owner would.
+	time.Sleep(time.Second)
+	if s := aws.ToString(f.task(aws.ToString(dts[0].TaskArn)).LastStatus); s != "RUNNING" {
+		t.Fatalf("daemon %s while an app task still runs", s)
+	}
+	if _, err := f.c.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String(f.cluster), Task: app.TaskArn}); err != nil {
+		t.Fatal(err)
+	}
+	appStopped := f.waitStatus(aws.ToString(app.TaskArn), "STOPPED", 60*time.Second)
+	daemonStopped := f.waitStatus(aws.ToString(dts[0].TaskArn), "STOPPED", 60*time.Second)
+	if !appStopped.StoppedAt.Before(*daemonStopped.StoppedAt) {
+		t.Fatalf("daemon stopped %v before the app %v", daemonStopped.StoppedAt, appStopped.StoppedAt)
+	}
+	eventually(t, 60*time.Second, "drained instance deregistered", func() bool { return aws.ToString(f.instance(a.InstanceArn).Status) == "INACTIVE" })
+}
+
+func TestFailingDaemons(t *testing.T) {
+	f := newFleet(t)
+	cp := f.capacityProvider("fleet-mi")
+	f.daemon("flaky", cp, false, "sh", "-c", "exit 1")
+	a := agents.StartEnv(t, agents.EnvFor(t, f.srv, f.cluster, "fleet-mi", t.TempDir()), f.rt)
+	// A non-critical daemon never blocks the instance.
+	eventually(t, 60*time.Second, "instance ACTIVE despite a failing non-critical daemon", func() bool {
+		return aws.ToString(f.instance(a.InstanceArn).Status) == "ACTIVE"
+	})
+	// It is restarted (with back-off): more than one attempt shows up.
+	eventually(t, 60*time.Second, "a second attempt", func() bool { return len(f.daemonTasks("flaky", "STOPPED")) >= 2 })
+
+	g := newFleet(t)
+	gcp := g.capacityProvider("strict-mi")
+	g.daemon("broken", gcp, true, "sh", "-c", "exit 1")
+	b := agents.StartEnv(t, agents.EnvFor(t, g.srv, g.cluster, "strict-mi", t.TempDir()), g.rt)
+	eventually(t, 60*time.Second, "a failed critical daemon start", func() bool { return len(g.daemonTasks("broken", "STOPPED")) >= 1 })
+	if s := aws.ToString(g.instance(b.InstanceArn).Status); s != "REGISTERING" {
+		t.Fatalf("instance with a failing critical daemon is %s", s)
+	}
+}
