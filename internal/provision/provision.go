@@ -1,0 +1,38 @@
+// Package provision declares how the control plane gets managed instances:
+// a Provisioner launches an instance running `capstan agent` with the
+// credential and settings it is given, and terminates it. Implementations:
+// local (agent processes on this machine). Cloud provisioners come later.
+package provision
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrUnknown means the provisioner does not know the instance (it is gone).
+var ErrUnknown = errors.New("provision: unknown instance")
+
+// Request is one instance to launch.
+type Request struct {
+	// ID names the instance for the provisioner (stable across retries).
+	ID               string
+	Cluster          string
+	CapacityProvider string
+	// CPU (units, 1024 per vCPU) and MemoryMiB size the instance.
+	CPU       int
+	MemoryMiB int
+	// Env is the agent's environment: endpoint, cluster, credential and
+	// instance-specific settings (daemon address, ports, data dir).
+	Env map[string]string
+}
+
+// Provisioner launches and terminates instances. Launch returns once the
+// instance is starting; its agent registers by itself.
+type Provisioner interface {
+	Name() string
+	Launch(ctx context.Context, req Request) (handle string, err error)
+	// Terminate stops the instance and removes what ran on it.
+	Terminate(ctx context.Context, handle string) error
+	// Alive reports whether the instance is still running.
+	Alive(ctx context.Context, handle string) (bool, error)
+}
