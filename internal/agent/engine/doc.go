@@ -58,7 +58,9 @@
 //     since there is no task cgroup to contain it.
 //   - Network modes bridge (default), host and none run as such; "daemon"
 //     (daemon tasks) runs in Config.DaemonNetworkMode, host if unset;
-//     anything else stops the task with a reason.
+//     anything else stops the task with a reason. Bridge tasks run on
+//     Config.BridgeNetwork when set (the agent's per-instance network),
+//     with ports, hostnames and links as on the default bridge.
 //   - Volumes: host volumes with a sourcePath are bind mounts; scratch
 //     volumes and task-scoped Docker volumes are directories under
 //     Config.VolumeDir/tasks/<task id>, removed with the task; shared
@@ -84,7 +86,8 @@
 // not in the set, stops it, reports it STOPPED and removes its containers.
 // Containers of unknown tasks found later are removed, but only once a
 // desired set has arrived: an agent that restarts before its session is
-// back kills nothing. Each restored task reports its state once more with
+// back kills nothing. Containers of the instance without a task label
+// (the daemon namespace holder) are not the engine's and are left alone. Each restored task reports its state once more with
 // a new Seq, so a state persisted but not delivered before a crash is sent.
 //
 // A record that cannot be written is logged and written again with the

@@ -58,6 +58,10 @@ type Config struct {
 	// networkMode is "daemon" (the instance's shared daemon namespace,
 	// e.g. "container:<id>" or a network name); empty means "host".
 	DaemonNetworkMode string
+	// BridgeNetwork is the Docker network for tasks in bridge mode (the
+	// instance's own network, so they can reach its daemons); empty means
+	// Docker's default bridge.
+	BridgeNetwork string
 	// ReconcileInterval is how often the engine lists the runtime's
 	// containers to catch missed events; default 30s.
 	ReconcileInterval time.Duration
@@ -606,7 +610,11 @@ func (e *Engine) applyList(ctx context.Context) {
 	}
 	byTask := map[string][]runtime.Container{}
 	for _, c := range r.cs {
-		byTask[c.Labels[LabelTaskArn]] = append(byTask[c.Labels[LabelTaskArn]], c)
+		// No task label: the instance's own plumbing (the daemon namespace
+		// holder), not a task's container to adopt or remove.
+		if arn := c.Labels[LabelTaskArn]; arn != "" {
+			byTask[arn] = append(byTask[arn], c)
+		}
 	}
 	var orphans []runtime.Container
 	var fresh []*task

@@ -585,6 +585,13 @@ func TestFakeOrphans(t *testing.T) {
 		t.Fatal("another instance's container was removed")
 	}
 
+	// A container of this instance without a task label (the daemon
+	// namespace holder) belongs to no task: it is left alone.
+	holder, err := rt.Create(t.Context(), runtime.ContainerSpec{Name: "holder", Image: "busybox", Labels: map[string]string{LabelInstance: testInstance}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// An orphan that appears later (no record, no task) is removed too.
 	late := newTestTask("late", ctrDef("app", "busybox"))
 	cfg.ContainerInstanceArn = testInstance
@@ -597,6 +604,9 @@ func TestFakeOrphans(t *testing.T) {
 	})
 	if h2.e.Stats().OrphansRemoved != 1 {
 		t.Errorf("stats %+v", h2.e.Stats())
+	}
+	if _, err := rt.Inspect(t.Context(), holder); err != nil {
+		t.Errorf("a container without a task label was removed: %v", err)
 	}
 }
 

@@ -86,6 +86,17 @@ func dockerNetworkMode(mode, daemonMode string) (string, error) {
 	return "", fmt.Errorf("networkMode %q is not supported on this instance; use bridge, host or none", mode)
 }
 
+// dockerNetwork is what the runtime is given for a resolved mode: bridge
+// mode may run on a network of the instance's own instead of Docker's
+// default bridge. Everything else keys on the mode, so bridge tasks keep
+// their port mappings, hostnames and links there.
+func dockerNetwork(mode, bridgeNetwork string) string {
+	if mode == "bridge" && bridgeNetwork != "" {
+		return bridgeNetwork
+	}
+	return mode
+}
+
 // checkTask refuses what this instance will not run, before anything is
 // pulled or reserved.
 func checkTask(t *protocol.Task, def *shapes.TaskDefinition, cfg *Config) (code, reason string) {
@@ -180,7 +191,7 @@ func buildSpec(in specInput) runtime.ContainerSpec {
 		WorkingDir:     c.WorkingDirectory,
 		User:           c.User,
 		CPUShares:      in.cpuShares,
-		NetworkMode:    in.networkMode,
+		NetworkMode:    dockerNetwork(in.networkMode, in.cfg.BridgeNetwork),
 		DNS:            c.DnsServers,
 		Privileged:     c.Privileged != nil && *c.Privileged,
 		ReadonlyRootfs: c.ReadonlyRootFilesystem != nil && *c.ReadonlyRootFilesystem,

@@ -116,6 +116,19 @@ func TestBuildSpec(t *testing.T) {
 	if got.Ports != nil || got.ExtraHosts != nil {
 		t.Errorf("joined mode %+v", got)
 	}
+
+	// On the instance's own network, bridge mode keeps its ports and
+	// hostname; other modes are not moved there.
+	cfg.BridgeNetwork = "capstan-inst"
+	got = buildSpec(specInput{cfg: cfg, task: &task, def: &def, index: 0, networkMode: "bridge", volumes: volumes})
+	if got.NetworkMode != "capstan-inst" || len(got.Ports) != 2 || got.Hostname != "apphost" {
+		t.Errorf("bridge on the instance network %+v", got)
+	}
+	for _, mode := range []string{"host", "none", "container:daemonns"} {
+		if got := buildSpec(specInput{cfg: cfg, task: &task, def: &def, index: 0, networkMode: mode, volumes: volumes}); got.NetworkMode != mode {
+			t.Errorf("%s moved to %s", mode, got.NetworkMode)
+		}
+	}
 }
 
 func TestNetworkModes(t *testing.T) {
