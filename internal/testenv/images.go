@@ -62,10 +62,21 @@ func BusyboxImage(t testing.TB) string {
 	rt := RequireDocker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := ensureBusybox(ctx, rt); err != nil {
+	ref, err := EnsureBusyboxImage(ctx, rt)
+	if err != nil {
 		t.Fatalf("busybox test image: %v", err)
 	}
-	return BusyboxRef
+	return ref
+}
+
+// EnsureBusyboxImage is BusyboxImage for programs without a testing.TB,
+// such as benchmarks: it builds the image, or reuses it, and returns its
+// reference.
+func EnsureBusyboxImage(ctx context.Context, rt *docker.Runtime) (string, error) {
+	if err := ensureBusybox(ctx, rt); err != nil {
+		return "", err
+	}
+	return BusyboxRef, nil
 }
 
 func ensureBusybox(ctx context.Context, rt *docker.Runtime) error {
