@@ -804,9 +804,13 @@ func (s *Service) StartServiceTasks(ctx context.Context, svc store.Item[store.Se
 		}
 		tags = td.Value.Tags
 	}
+	cp := ""
+	if len(v.CapacityProviderStrategy) > 0 {
+		cp = v.CapacityProviderStrategy[0].CapacityProvider
+	}
 	tasks, failures, err := s.startTasks(ctx, taskRequest{cluster: v.Cluster, taskDefinition: dep.TaskDefinition,
 		group: "service:" + v.ServiceName, startedBy: dep.Id, tags: tags, count: n, rules: rules,
-		owner: &guard{svc.Key, svc.Rev}})
+		owner: &guard{svc.Key, svc.Rev}, capacityProvider: cp})
 	switch {
 	case errors.Is(err, errOwnerChanged):
 		return nil, nil, fmt.Errorf("service %s: %w", v.ServiceArn, store.ErrConflict)

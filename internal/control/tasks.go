@@ -162,11 +162,26 @@ type taskRequest struct {
 	// decided on, which must be unchanged. Its task definition may be
 	// INACTIVE, as ECS allows.
 	owner *guard
+	// capacityProvider, when set, places on that managed-instances
+	// provider's instances only; a task that finds no room is recorded
+	// PROVISIONING and placed when the instances controller has made room.
+	capacityProvider string
 }
 
 func (s *Service) RunTask(ctx context.Context, req *shapes.RunTaskRequest) (*shapes.RunTaskResponse, error) {
+	cp := ""
 	if len(req.CapacityProviderStrategy) > 0 {
-		return nil, fault.NotSupported("capacityProviderStrategy: placing tasks on managed-instances capacity providers is not available yet; RunTask places on the cluster's registered instances")
+		if req.LaunchType != "" {
+			return nil, fault.Invalid("launchType", "give launchType or capacityProviderStrategy, not both")
+		}
+		if len(req.CapacityProviderStrategy) > 1 {
+			return nil, fault.NotSupported("capacityProviderStrategy: Capstan places a task on one capacity provider; give one item")
+		}
+		name, err := s.arns.capacityProviderName("capacityProviderStrategy[0].capacityProvider", req.CapacityProviderStrategy[0].CapacityProvider)
+		if err != nil {
+			return nil, err
+		}
+		cp = name
 	}
 	if req.LaunchType != "" && req.LaunchType != "EC2" {
 		return nil, fault.NotSupported("launchType: Capstan runs EC2-style tasks on registered instances (got %s)", req.LaunchType)
@@ -183,7 +198,8 @@ func (s *Service) RunTask(ctx context.Context, req *shapes.RunTaskRequest) (*sha
 		return nil, err
 	}
 	tasks, failures, err := s.startTasks(ctx, taskRequest{cluster: req.Cluster, taskDefinition: req.TaskDefinition, group: req.Group,
-		startedBy: req.StartedBy, overrides: req.Overrides, tags: req.Tags, count: count, networkConfiguration: req.NetworkConfiguration, rules: rules})
+		startedBy: req.StartedBy, overrides: req.Overrides, tags: req.Tags, count: count, networkConfiguration: req.NetworkConfiguration, rules: rules,
+		capacityProvider: cp})
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +274,16 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 		if err != nil {
 			return err
 		}
-		if len(cands) == 0 {
+		if r.capacityProvider != "" {
+			cp, err := s.clusterCapacityProvider(ctx, "capacityProviderStrategy[0].capacityProvider", r.capacityProvider, cluster)
+			if err != nil {
+				return err
+			}
+			if !slices.Contains(cl.Value.CapacityProviders, cp.Value.Name) {
+				return fault.Invalid("capacityProviderStrategy[0].capacityProvider", "capacity provider %q is not associated with cluster %q", cp.Value.Name, cluster)
+			}
+			cands = slices.DeleteFunc(cands, func(c *candidate) bool { return instances[c.id].Value.CapacityProviderName != r.capacityProvider })
+		} else if len(cands) == 0 {
 			return errNoInstances
 		}
 		tx := s.st.Txn().Unchanged(cl.Key, cl.Rev).Unchanged(td.Key, td.Rev)
@@ -272,7 +297,20 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 			if r.instances != nil {
 				pool = []*candidate{cands[i]}
 			}
-			c, why := place(pool, n, r.rules, rnd)
+			var c *candidate
+			why := "no instance of the capacity provider yet"
+			if len(pool) > 0 {
+				c, why = place(pool, n, r.rules, rnd)
+			}
+			if c == nil && r.capacityProvider != "" {
+				// Waits for capacity: the instances controller provisions it.
+				t, _ := s.newTask(cluster, cl.Value.ClusterArn, store.ContainerInstance{}, td.Value, group, r, n)
+				t.CapacityProviderName = r.capacityProvider
+				t.StoppedReason = ""
+				tx.Create(store.TaskKey(cluster, t.ID), t)
+				tasks = append(tasks, s.taskView(t, true))
+				continue
+			}
 			if c == nil {
 				failures = append(failures, shapes.Failure{Arn: s.arns.containerInstance(cluster, pool[0].id), Reason: why})
 				if r.instances == nil {

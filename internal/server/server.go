@@ -27,9 +27,13 @@ import (
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/controller/daemons"
 	"github.com/capstanhq/capstan/internal/controller/deployments"
+	"github.com/capstanhq/capstan/internal/controller/instances"
 	"github.com/capstanhq/capstan/internal/controller/services"
 	"github.com/capstanhq/capstan/internal/gateway"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/provision"
+	"github.com/capstanhq/capstan/internal/provision/local"
+	"github.com/capstanhq/capstan/internal/runtime/docker"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -50,7 +54,15 @@ type Config struct {
 	AdminSecret string
 	// AdvertiseURL is how agents reach this server (default http://<listen>).
 	AdvertiseURL string
-	Log          *slog.Logger
+	// Provisioner provides managed instances: "local" (agent processes on
+	// this machine, the default) or "none".
+	Provisioner string
+	// AgentBinary is the capstan executable local instances run
+	// (default: this executable).
+	AgentBinary string
+	// AgentEnv adds settings to every provisioned agent.
+	AgentEnv map[string]string
+	Log      *slog.Logger
 }
 
 var accountPattern = regexp.MustCompile(`^[0-9]{12}$`)
@@ -84,6 +96,13 @@ func (c *Config) Validate() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	switch c.Provisioner {
+	case "":
+		c.Provisioner = "local"
+	case "local", "none":
+	default:
+		return fmt.Errorf("--provisioner must be local or none, got %q", c.Provisioner)
 	}
 	return nil
 }
@@ -141,6 +160,22 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	h := api.NewHandler(verifier, control.Authorize, cfg.Log)
 	svc.Register(h)
 	serverID := addr + "/" + randomString(8, upperAlnum)
+	var prov provision.Provisioner
+	if cfg.Provisioner == "local" {
+		rt, err := docker.New(docker.Options{})
+		if err != nil {
+			st.Close()
+			ln.Close()
+			return nil, err
+		}
+		lp, err := local.New(cfg.AgentBinary, filepath.Join(cfg.DataDir, "instances"), rt, cfg.Log)
+		if err != nil {
+			st.Close()
+			ln.Close()
+			return nil, err
+		}
+		prov = lp
+	}
 	gw := gateway.New(svc, st, verifier, serverID, cfg.Log)
 
 	reg := prometheus.NewRegistry()
@@ -176,6 +211,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			IdleTimeout:       120 * time.Second,
 		},
 	}
+	s.http.RegisterOnShutdown(svc.Events().EndWaits) // long polls must not hold up a shutdown
 	go func() { s.served <- s.http.Serve(ln) }()
 
 	// Controllers run on the elected leader only; every server serves the API.
@@ -185,7 +221,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	go func() {
 		defer close(s.controllersDone)
 		err := st.Lead(cctx, "controllers", serverID, func(ctx context.Context) {
-			runControllers(ctx, st, svc, cfg.Log)
+			runControllers(ctx, st, svc, prov, cfg)
 		})
 		if err != nil {
 			cfg.Log.Error("leader election", "err", err)
@@ -194,14 +230,20 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func runControllers(ctx context.Context, st *store.Store, svc *control.Service, log *slog.Logger) {
-	dep := &deployments.Reconciler{Store: st, Now: time.Now, Log: log, DaemonRemoved: svc.FinishDaemonTaskDefinitionDeletes}
+func runControllers(ctx context.Context, st *store.Store, svc *control.Service, prov provision.Provisioner, cfg Config) {
+	log := cfg.Log
+	dep := &deployments.Reconciler{Store: st, Now: time.Now, Log: log, DaemonRemoved: svc.FinishDaemonTaskDefinitionDeletes, Emit: svc.Events().Record}
 	svcs := &services.Reconciler{Store: st, Tasks: svc, Now: time.Now, Log: log}
-	dmn := &daemons.Reconciler{Store: st, Svc: svc, Now: time.Now, Log: log}
+	dmn := &daemons.Reconciler{Store: st, Svc: svc, Now: time.Now, Log: log, Impaired: svc.DaemonStartImpaired}
 	loops := []*controller.Loop{
 		{Name: "deployments", Store: st, Prefix: "daemondeployments/", Reconcile: dep.Reconcile, Workers: 4, Resync: time.Minute, Log: log},
 		{Name: "services", Store: st, Prefix: "services/", Reconcile: svcs.Reconcile, Follow: svcs.Follows(), Workers: 4, Resync: time.Minute, Log: log},
 		{Name: "daemons", Store: st, Prefix: daemons.Prefix, Reconcile: dmn.Reconcile, Follow: dmn.Follows(), Workers: 4, Resync: 30 * time.Second, Log: log},
+	}
+	if prov != nil {
+		inst := &instances.Reconciler{Store: st, Svc: svc, Provisioner: prov, AgentEnv: cfg.AgentEnv, Now: time.Now, Log: log}
+		loops = append(loops, &controller.Loop{Name: "instances", Store: st, Prefix: instances.Prefix, Reconcile: inst.Reconcile,
+			Follow: inst.Follows(), Workers: 2, Resync: 15 * time.Second, Log: log})
 	}
 	var wg sync.WaitGroup
 	for _, l := range loops {

@@ -4,8 +4,11 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -36,16 +39,26 @@ func StartServer(t testing.TB, dataDir string) *Server {
 // server where its agents expect it).
 func StartServerAt(t testing.TB, dataDir, listen string) *Server {
 	t.Helper()
-	if dataDir == "" {
-		dataDir = t.TempDir()
-	}
+	return StartServerWith(t, func(c *server.Config) { c.DataDir, c.Listen = dataDir, listen })
+}
+
+// StartServerWith starts a server with the test defaults changed by edit.
+// Managed instances are off ("none") unless edit sets a provisioner.
+func StartServerWith(t testing.TB, edit func(*server.Config)) *Server {
+	t.Helper()
 	cfg := server.Config{
-		Listen:      listen,
-		DataDir:     dataDir,
+		Listen:      "127.0.0.1:0",
 		Region:      "us-east-1",
 		AccountID:   "123456789012",
 		AdminKeyID:  "AKIDCAPSTANTEST",
 		AdminSecret: "capstan-test-secret",
+		Provisioner: "none",
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
 	}
 	if os.Getenv("CAPSTAN_TEST_LOG") != "" {
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -70,7 +83,37 @@ func (s *Server) Stop() {
 func (s *Server) Restart(t testing.TB) *Server {
 	t.Helper()
 	s.Stop()
-	return StartServerAt(t, s.Config.DataDir, s.Addr)
+	cfg := s.Config
+	return StartServerWith(t, func(c *server.Config) { *c = cfg; c.Listen = s.Addr })
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// CapstanBinary builds cmd/capstan once per test process, statically (so
+// it can also serve as a container's program), and returns its path.
+func CapstanBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "capstan-test-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "capstan")
+		cmd := exec.Command("go", "build", "-o", binPath, "github.com/capstanhq/capstan/cmd/capstan")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build capstan: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
 }
 
 // ECS returns a real aws-sdk-go-v2 ECS client signed with the admin credential.

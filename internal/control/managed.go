@@ -1,0 +1,220 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// ManagedInstancePrefix lists a cluster's provisioned instances.
+func ManagedInstancePrefix(cluster string) string { return "managedinstances/" + cluster + "/" }
+
+// ManagedInstanceKey is one provisioned instance.
+func ManagedInstanceKey(cluster, id string) string { return ManagedInstancePrefix(cluster) + id }
+
+// ManagedInstance is an instance Capstan provisioned for a capacity
+// provider. It exists from the launch decision until the instance is
+// terminated.
+type ManagedInstance struct {
+	ID               string    `json:"id"`
+	Cluster          string    `json:"cluster"`
+	CapacityProvider string    `json:"capacityProvider"`
+	Provisioner      string    `json:"provisioner"`
+	Handle           string    `json:"handle,omitempty"`
+	AccessKeyID      string    `json:"accessKeyId"`
+	CPU              int       `json:"cpu"`
+	MemoryMiB        int       `json:"memoryMiB"`
+	Slot             int       `json:"slot"` // distinguishes instances sharing a host (daemon address)
+	LaunchedAt       time.Time `json:"launchedAt"`
+	// IdleSince is when the instance last had no application task.
+	IdleSince time.Time `json:"idleSince,omitzero"`
+	// Terminating is set once the instance is being removed.
+	Terminating bool   `json:"terminating,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// ManagedInstances lists the provisioned instances of a capacity provider.
+func (s *Service) ManagedInstances(ctx context.Context, cluster, cp string) ([]store.Item[ManagedInstance], error) {
+	items, _, err := store.List[ManagedInstance](ctx, s.st, ManagedInstancePrefix(cluster), "", 0)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(items, func(it store.Item[ManagedInstance]) bool { return it.Value.CapacityProvider != cp }), nil
+}
+
+// NewManagedInstance records a launch decision with its agent credential,
+// before the provisioner is asked, so a crash in between leaves a record
+// the controller can clean up.
+func (s *Service) NewManagedInstance(ctx context.Context, m ManagedInstance) (ManagedInstance, store.AgentCredential, error) {
+	cred := s.MintAgentCredential(m.Cluster, "managed instance "+m.ID)
+	cred.CapacityProvider = m.CapacityProvider
+	m.AccessKeyID = cred.AccessKeyID
+	m.LaunchedAt = s.now()
+	_, err := s.st.Txn().Create(ManagedInstanceKey(m.Cluster, m.ID), m).Create(store.CredentialKey(cred.AccessKeyID), cred).Commit(ctx)
+	return m, cred, storeErr(err)
+}
+
+// UpdateManagedInstance rewrites a managed instance record.
+func (s *Service) UpdateManagedInstance(ctx context.Context, it store.Item[ManagedInstance]) error {
+	_, err := s.st.Txn().Update(ManagedInstanceKey(it.Value.Cluster, it.Value.ID), it.Rev, it.Value).Commit(ctx)
+	return storeErr(err)
+}
+
+// ForgetManagedInstance removes a terminated instance's record and credential.
+func (s *Service) ForgetManagedInstance(ctx context.Context, it store.Item[ManagedInstance]) error {
+	tx := s.st.Txn().Delete(ManagedInstanceKey(it.Value.Cluster, it.Value.ID), it.Rev)
+	if c, err := store.Get[store.AgentCredential](ctx, s.st, store.CredentialKey(it.Value.AccessKeyID)); err == nil {
+		tx.Delete(c.Key, c.Rev)
+	}
+	_, err := tx.Commit(ctx)
+	return storeErr(err)
+}
+
+// InstanceOf returns the container instance a managed instance registered
+// as (through its credential), if it has.
+func (s *Service) InstanceOf(ctx context.Context, m ManagedInstance) (store.ContainerInstance, bool, error) {
+	c, err := store.Get[store.AgentCredential](ctx, s.st, store.CredentialKey(m.AccessKeyID))
+	if errors.Is(err, store.ErrNotFound) || (err == nil && c.Value.InstanceID == "") {
+		return store.ContainerInstance{}, false, nil
+	}
+	if err != nil {
+		return store.ContainerInstance{}, false, err
+	}
+	ci, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(m.Cluster, c.Value.InstanceID))
+	if errors.Is(err, store.ErrNotFound) {
+		return store.ContainerInstance{}, false, nil
+	}
+	return ci.Value, err == nil, err
+}
+
+// CapacityProvider reads a capacity provider by name.
+func (s *Service) CapacityProvider(ctx context.Context, name string) (store.CapacityProvider, error) {
+	it, err := store.Get[store.CapacityProvider](ctx, s.st, store.CapacityProviderKey(name))
+	return it.Value, err
+}
+
+// Endpoint is the URL agents reach the server at.
+func (s *Service) Endpoint() string { return s.endpoint }
+
+// Waiting lists the tasks of a capacity provider that wait for an instance,
+// oldest first.
+func (s *Service) Waiting(ctx context.Context, cluster, cp string) ([]store.Task, error) {
+	items, _, err := store.List[store.Task](ctx, s.st, store.TaskPrefix(cluster), "", 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Task
+	for _, it := range items {
+		t := it.Value
+		if t.InstanceID == "" && t.CapacityProviderName == cp && t.DesiredStatus == "RUNNING" && t.LastStatus != "STOPPED" {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt.Time) })
+	return out, nil
+}
+
+// Need is the CPU and memory a task reserves.
+func (s *Service) Need(ctx context.Context, t store.Task) (cpu, mem int, err error) {
+	td, err := s.taskDefinition(ctx, "taskDefinition", t.TaskDefinitionArn)
+	if err != nil {
+		return 0, 0, err
+	}
+	n, err := taskNeed(td.Value.TaskDefinition, t.Overrides)
+	return n.cpu, n.mem, err
+}
+
+// DaemonsNeed is what the daemons targeting a capacity provider reserve on
+// each of its instances, so instance sizes include it.
+func (s *Service) DaemonsNeed(ctx context.Context, cluster, cp string) (cpu, mem int, err error) {
+	ds, err := s.DaemonsFor(ctx, cluster, cp)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, d := range ds {
+		td, err := s.daemonTaskDefinitionByArn(ctx, d.Spec.TaskDefinitionArn)
+		if err != nil {
+			return 0, 0, err
+		}
+		def, err := DaemonDefinition(td)
+		if err != nil {
+			return 0, 0, err
+		}
+		n, err := taskNeed(def, nil)
+		if err != nil {
+			return 0, 0, err
+		}
+		cpu += n.cpu
+		mem += n.mem
+	}
+	return cpu, mem, nil
+}
+
+// PlaceWaiting places a waiting task on an ACTIVE instance of its capacity
+// provider with room; placed is false when none has room.
+func (s *Service) PlaceWaiting(ctx context.Context, t store.Task) (placed bool, err error) {
+	err = retry(ctx, func() error {
+		placed = false
+		it, err := store.Get[store.Task](ctx, s.st, store.TaskKey(t.Cluster, t.ID))
+		if err != nil {
+			return err
+		}
+		cur := it.Value
+		if cur.InstanceID != "" || cur.DesiredStatus != "RUNNING" {
+			return nil
+		}
+		td, err := s.taskDefinition(ctx, "taskDefinition", cur.TaskDefinitionArn)
+		if err != nil {
+			return err
+		}
+		n, err := taskNeed(td.Value.TaskDefinition, cur.Overrides)
+		if err != nil {
+			return err
+		}
+		cands, instances, err := s.candidates(ctx, cur.Cluster, cur.Group, nil)
+		if err != nil {
+			return err
+		}
+		cands = slices.DeleteFunc(cands, func(c *candidate) bool { return instances[c.id].Value.CapacityProviderName != cur.CapacityProviderName })
+		rules := placementRules{}
+		if cur.Group != "" && len(cur.Group) > 8 && cur.Group[:8] == "service:" {
+			rules.strategy = []shapes.PlacementStrategy{{Type: "spread", Field: "instanceId"}}
+		}
+		c, _ := place(cands, n, rules, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
+		if c == nil {
+			return nil
+		}
+		inst := instances[c.id]
+		ci := inst.Value
+		rem := readResources(ci.RemainingResources)
+		rem.cpu -= n.cpu
+		rem.memory -= n.mem
+		for _, p := range n.ports {
+			if !slices.Contains(rem.ports, p) {
+				rem.ports = append(rem.ports, p)
+			}
+		}
+		ci.RemainingResources = rem.shapes()
+		*ci.Version++
+		cur.InstanceID, cur.ContainerInstanceArn = ci.ID, ci.ContainerInstanceArn
+		cur.Reserved = &store.Reservation{CPU: n.cpu, Memory: n.mem, Ports: n.ports}
+		*cur.Version++
+		desired := protocol.Task{Arn: cur.TaskArn, ClusterArn: cur.ClusterArn, ContainerInstanceArn: ci.ContainerInstanceArn, Kind: cur.Kind,
+			Group: cur.Group, StartedBy: cur.StartedBy, DesiredStatus: "RUNNING", Definition: td.Value.TaskDefinition, Overrides: cur.Overrides,
+			Tags: cur.Tags, CreatedAt: cur.CreatedAt.Time, Version: *cur.Version}
+		_, err = s.st.Txn().Update(it.Key, it.Rev, cur).Update(inst.Key, inst.Rev, ci).
+			Create(store.DesiredKey(cur.Cluster, ci.ID, cur.ID), desired).Commit(ctx)
+		if err == nil {
+			placed = true
+		}
+		return err
+	})
+	return placed, err
+}

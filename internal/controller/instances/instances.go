@@ -1,0 +1,314 @@
+// Package instances provisions and terminates managed instances: it
+// launches an instance when tasks of a managed-instances capacity provider
+// wait for room, places them once it is ACTIVE, replaces instances whose
+// agent is gone, scales in instances without application tasks, and
+// terminates instances once they are deregistered.
+package instances
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/controller"
+	"github.com/capstanhq/capstan/internal/provision"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// Prefix is the key space reconciled: capacity providers.
+const Prefix = "capacityproviders/"
+
+// Defaults where a launch template gives no size or scale-in delay.
+const (
+	DefaultCPU          = 2048
+	DefaultMemoryMiB    = 2048
+	DefaultScaleInAfter = 5 * time.Minute
+	// RegisterTimeout is how long a launched instance may take to register.
+	RegisterTimeout = 2 * time.Minute
+)
+
+// Reconciler reconciles one capacity provider per call.
+type Reconciler struct {
+	Store       *store.Store
+	Svc         *control.Service
+	Provisioner provision.Provisioner
+	// AgentEnv adds settings to every launched agent (e.g. image pull
+	// behaviour); may be nil.
+	AgentEnv map[string]string
+	Now      func() time.Time
+	Log      *slog.Logger
+}
+
+// Follows maps task, instance and managed-instance changes to their
+// capacity provider.
+func (r *Reconciler) Follows() []controller.Follow {
+	return []controller.Follow{
+		{Prefix: "tasks/", Keys: cpOf},
+		{Prefix: "containerinstances/", Keys: cpOf},
+		{Prefix: "managedinstances/", Keys: cpOfManaged},
+	}
+}
+
+func cpOf(_ context.Context, ch store.Change) []string {
+	var v struct {
+		CP string `json:"capacityProviderName"`
+	}
+	if ch.Deleted || json.Unmarshal(ch.Value, &v) != nil || v.CP == "" {
+		return nil
+	}
+	return []string{store.CapacityProviderKey(v.CP)}
+}
+
+func cpOfManaged(_ context.Context, ch store.Change) []string {
+	var v struct {
+		CP string `json:"capacityProvider"`
+	}
+	if ch.Deleted || json.Unmarshal(ch.Value, &v) != nil || v.CP == "" {
+		return nil
+	}
+	return []string{store.CapacityProviderKey(v.CP)}
+}
+
+// Reconcile acts for the capacity provider at key.
+func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, error) {
+	name := strings.TrimPrefix(key, Prefix)
+	cp, err := r.Svc.CapacityProvider(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if cp.Type != "MANAGED_INSTANCES" || cp.Cluster == "" {
+		return 0, nil
+	}
+	managed, err := r.Svc.ManagedInstances(ctx, cp.Cluster, name)
+	if err != nil {
+		return 0, err
+	}
+	var requeue time.Duration
+	later := func(d time.Duration) {
+		if requeue == 0 || d < requeue {
+			requeue = d
+		}
+	}
+	now := r.Now()
+	starting := 0 // launched, not ACTIVE yet
+	for _, m := range managed {
+		ci, registered, err := r.Svc.InstanceOf(ctx, m.Value)
+		if err != nil {
+			return 0, err
+		}
+		alive, err := r.Provisioner.Alive(ctx, m.Value.Handle)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case cp.Status == "INACTIVE" || m.Value.Terminating || (registered && ci.Status == "INACTIVE"):
+			if err := r.terminate(ctx, m, registered, ci, "instance retired"); err != nil {
+				return 0, err
+			}
+		case m.Value.Handle != "" && !alive:
+			// The instance is gone: its tasks cannot run any more.
+			r.Log.Warn("managed instance lost", "instance", m.Value.ID, "container_instance", ci.ContainerInstanceArn)
+			if err := r.terminate(ctx, m, registered, ci, "instance lost"); err != nil {
+				return 0, err
+			}
+		case !registered:
+			if now.Sub(m.Value.LaunchedAt) > RegisterTimeout {
+				r.Log.Warn("managed instance did not register in time", "instance", m.Value.ID)
+				if err := r.terminate(ctx, m, false, ci, "did not register"); err != nil {
+					return 0, err
+				}
+				continue
+			}
+			starting++
+			later(time.Second)
+		case ci.Status == "REGISTERING":
+			starting++
+			later(time.Second)
+		case ci.Status == "ACTIVE":
+			if err := r.scaleIn(ctx, cp, m, ci, now, later); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if cp.Status == "INACTIVE" {
+		return 0, nil
+	}
+	// Place waiting tasks; launch an instance for what does not fit.
+	waiting, err := r.Svc.Waiting(ctx, cp.Cluster, name)
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range waiting {
+		placed, err := r.Svc.PlaceWaiting(ctx, t)
+		if err != nil {
+			return 0, err
+		}
+		if placed {
+			continue
+		}
+		if starting > 0 {
+			later(time.Second) // a launched instance may take it
+			continue
+		}
+		if err := r.launch(ctx, cp.Cluster, name, t, managed); err != nil {
+			r.Log.Error("launch managed instance", "capacity_provider", name, "err", err)
+			later(5 * time.Second)
+			continue
+		}
+		starting++
+		later(time.Second)
+	}
+	return requeue, nil
+}
+
+// size is the instance size for task t: the launch template's, grown to
+// hold t together with the capacity provider's daemons.
+func (r *Reconciler) size(ctx context.Context, cluster, cpName string, t store.Task) (cpu, mem int, err error) {
+	cp, err := r.Svc.CapacityProvider(ctx, cpName)
+	if err != nil {
+		return 0, 0, err
+	}
+	cpu, mem = DefaultCPU, DefaultMemoryMiB
+	if mip := cp.ManagedInstancesProvider; mip != nil && mip.InstanceLaunchTemplate != nil && mip.InstanceLaunchTemplate.InstanceRequirements != nil {
+		req := mip.InstanceLaunchTemplate.InstanceRequirements
+		if req.VCpuCount != nil && req.VCpuCount.Min != nil {
+			cpu = int(*req.VCpuCount.Min) * 1024
+		}
+		if req.MemoryMiB != nil && req.MemoryMiB.Min != nil {
+			mem = int(*req.MemoryMiB.Min)
+		}
+	}
+	tc, tm, err := r.Svc.Need(ctx, t)
+	if err != nil {
+		return 0, 0, err
+	}
+	dc, dm, err := r.Svc.DaemonsNeed(ctx, cluster, cpName)
+	if err != nil {
+		return 0, 0, err
+	}
+	return max(cpu, tc+dc), max(mem, tm+dm), nil
+}
+
+func (r *Reconciler) launch(ctx context.Context, cluster, cp string, t store.Task, managed []store.Item[control.ManagedInstance]) error {
+	cpu, mem, err := r.size(ctx, cluster, cp, t)
+	if err != nil {
+		return err
+	}
+	used := map[int]bool{}
+	for _, m := range managed {
+		used[m.Value.Slot] = true
+	}
+	slot := 0
+	for used[slot] {
+		slot++
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	m, cred, err := r.Svc.NewManagedInstance(ctx, control.ManagedInstance{ID: "mi-" + hex.EncodeToString(b[:]), Cluster: cluster,
+		CapacityProvider: cp, Provisioner: r.Provisioner.Name(), CPU: cpu, MemoryMiB: mem, Slot: slot})
+	if err != nil {
+		return err
+	}
+	env := map[string]string{
+		"CAPSTAN_ENDPOINT":      r.Svc.Endpoint(),
+		"ECS_CLUSTER":           cluster,
+		"AWS_ACCESS_KEY_ID":     cred.AccessKeyID,
+		"AWS_SECRET_ACCESS_KEY": cred.SecretAccessKey,
+		"AWS_REGION":            "us-east-1",
+		"CAPSTAN_METRICS_ADDR":  "127.0.0.1:0",
+		"CAPSTAN_METADATA_ADDR": "0.0.0.0:0",
+		// Instances sharing a host each get their own daemon address.
+		"CAPSTAN_DAEMON_SUBNET":  "169.254." + strconv.Itoa(172+slot) + ".0/24",
+		"CAPSTAN_DAEMON_ADDRESS": "169.254." + strconv.Itoa(172+slot) + ".2",
+	}
+	for k, v := range r.AgentEnv {
+		env[k] = v
+	}
+	handle, err := r.Provisioner.Launch(ctx, provision.Request{ID: m.ID, Cluster: cluster, CapacityProvider: cp, CPU: cpu, MemoryMiB: mem, Env: env})
+	if err != nil {
+		return err
+	}
+	it, err := store.Get[control.ManagedInstance](ctx, r.Store, control.ManagedInstanceKey(cluster, m.ID))
+	if err != nil {
+		return err
+	}
+	it.Value.Handle = handle
+	return r.Svc.UpdateManagedInstance(ctx, it)
+}
+
+// scaleIn drains an instance without application tasks once it has been
+// idle for the capacity provider's scaleInAfter.
+func (r *Reconciler) scaleIn(ctx context.Context, cp store.CapacityProvider, m store.Item[control.ManagedInstance], ci store.ContainerInstance, now time.Time, later func(time.Duration)) error {
+	after := DefaultScaleInAfter
+	if mip := cp.ManagedInstancesProvider; mip != nil && mip.InfrastructureOptimization != nil && mip.InfrastructureOptimization.ScaleInAfter != nil {
+		v := *mip.InfrastructureOptimization.ScaleInAfter
+		if v < 0 {
+			return nil // scale-in disabled
+		}
+		after = time.Duration(v) * time.Second
+	}
+	tasks, err := r.Svc.InstanceTasks(ctx, ci)
+	if err != nil {
+		return err
+	}
+	busy := false
+	for _, t := range tasks {
+		if t.LastStatus != "STOPPED" && !control.IsDaemonTask(t) {
+			busy = true
+		}
+	}
+	switch {
+	case busy && !m.Value.IdleSince.IsZero():
+		m.Value.IdleSince = time.Time{}
+		return r.Svc.UpdateManagedInstance(ctx, m)
+	case busy:
+		return nil
+	case m.Value.IdleSince.IsZero():
+		m.Value.IdleSince = now
+		later(after)
+		return r.Svc.UpdateManagedInstance(ctx, m)
+	case now.Sub(m.Value.IdleSince) >= after:
+		r.Log.Info("scaling in idle instance", "instance", ci.ContainerInstanceArn, "idle_for", now.Sub(m.Value.IdleSince).Round(time.Second))
+		return r.Svc.SetInstanceStatus(ctx, ci.Cluster, ci.ID, "DRAINING", "scale-in: no application tasks for "+after.String())
+	default:
+		later(after - now.Sub(m.Value.IdleSince))
+	}
+	return nil
+}
+
+// terminate deregisters (forcing: its tasks are recorded STOPPED),
+// terminates through the provisioner and forgets the instance.
+func (r *Reconciler) terminate(ctx context.Context, m store.Item[control.ManagedInstance], registered bool, ci store.ContainerInstance, reason string) error {
+	if !m.Value.Terminating {
+		m.Value.Terminating, m.Value.Reason = true, reason
+		if err := r.Svc.UpdateManagedInstance(ctx, m); err != nil {
+			return err
+		}
+		cur, err := store.Get[control.ManagedInstance](ctx, r.Store, control.ManagedInstanceKey(m.Value.Cluster, m.Value.ID))
+		if err != nil {
+			return err
+		}
+		m = cur
+	}
+	if registered && ci.Status != "INACTIVE" {
+		if err := r.Svc.DeregisterDrained(ctx, ci.Cluster, ci.ID); err != nil {
+			return err
+		}
+	}
+	if m.Value.Handle != "" {
+		if err := r.Provisioner.Terminate(ctx, m.Value.Handle); err != nil && !errors.Is(err, provision.ErrUnknown) {
+			return err
+		}
+	}
+	return r.Svc.ForgetManagedInstance(ctx, m)
+}

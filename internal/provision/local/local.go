@@ -1,0 +1,208 @@
+// Package local provisions managed instances as `capstan agent` processes
+// on this machine, each with its own data directory and resource budget,
+// running tasks in the host's Docker. Instances outlive a server restart:
+// their process IDs are kept in their directories and adopted again.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/agent/state"
+	"github.com/capstanhq/capstan/internal/provision"
+	"github.com/capstanhq/capstan/internal/runtime"
+)
+
+// Provisioner starts agents as child processes.
+type Provisioner struct {
+	// Binary is the capstan executable to run as `Binary agent`.
+	Binary string
+	// Dir holds one directory per instance.
+	Dir     string
+	Runtime runtime.Runtime
+	Log     *slog.Logger
+
+	mu    sync.Mutex
+	procs map[string]*exec.Cmd // started by this process, to reap them
+}
+
+// New returns a provisioner; binary "" means this executable.
+func New(binary, dir string, rt runtime.Runtime, log *slog.Logger) (*Provisioner, error) {
+	if binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("local provisioner: %w", err)
+		}
+		binary = exe
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return &Provisioner{Binary: binary, Dir: dir, Runtime: rt, Log: log, procs: map[string]*exec.Cmd{}}, nil
+}
+
+func (p *Provisioner) Name() string { return "local" }
+
+func (p *Provisioner) instanceDir(handle string) string { return filepath.Join(p.Dir, handle) }
+
+// Launch starts `capstan agent` with the request's environment.
+func (p *Provisioner) Launch(ctx context.Context, req provision.Request) (string, error) {
+	if strings.ContainsAny(req.ID, "/.") || req.ID == "" {
+		return "", fmt.Errorf("local provisioner: bad instance id %q", req.ID)
+	}
+	dir := p.instanceDir(req.ID)
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
+		return "", err
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer logf.Close()
+	cmd := exec.Command(p.Binary, "agent")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		cmd.Env = append(cmd.Env, "DOCKER_HOST="+h)
+	}
+	for k, v := range req.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Env = append(cmd.Env, "ECS_DATADIR="+filepath.Join(dir, "data"),
+		"CAPSTAN_INSTANCE_CPU="+strconv.Itoa(req.CPU), "CAPSTAN_INSTANCE_MEMORY="+strconv.Itoa(req.MemoryMiB))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group: a Ctrl-C meant for the server does not reach it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("start agent: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+		cmd.Process.Kill()
+		return "", err
+	}
+	p.mu.Lock()
+	p.procs[req.ID] = cmd
+	p.mu.Unlock()
+	go cmd.Wait() // reap it; Alive reads /proc
+	p.Log.Info("launched local instance", "id", req.ID, "pid", cmd.Process.Pid, "cpu", req.CPU, "memory_mib", req.MemoryMiB)
+	return req.ID, nil
+}
+
+func (p *Provisioner) pid(handle string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(p.instanceDir(handle), "pid"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, provision.ErrUnknown
+	}
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// Alive reports whether the instance's agent process runs.
+func (p *Provisioner) Alive(_ context.Context, handle string) (bool, error) {
+	pid, err := p.pid(handle)
+	if errors.Is(err, provision.ErrUnknown) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return running(pid), nil
+}
+
+// running checks the process exists, is not a zombie, and is an agent.
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && b[i+2] == 'Z' {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(cmdline), "agent")
+}
+
+// Terminate stops the agent, then removes everything that ran on the
+// instance, as if the machine went away.
+func (p *Provisioner) Terminate(ctx context.Context, handle string) error {
+	dir := p.instanceDir(handle)
+	if pid, err := p.pid(handle); err == nil && running(pid) {
+		syscall.Kill(pid, syscall.SIGTERM)
+		deadline := time.Now().Add(15 * time.Second)
+		for running(pid) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if running(pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			for i := 0; running(pid) && i < 100; i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	p.mu.Lock()
+	delete(p.procs, handle)
+	p.mu.Unlock()
+	if err := p.removeContainers(ctx, dir); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	p.Log.Info("terminated local instance", "id", handle)
+	return nil
+}
+
+// removeContainers removes the containers labelled with the instance ARN
+// the agent recorded in its database.
+func (p *Provisioner) removeContainers(ctx context.Context, dir string) error {
+	dbPath := filepath.Join(dir, "data", state.FileName)
+	if _, err := os.Stat(dbPath); err != nil {
+		return nil // never registered
+	}
+	db, err := state.Open(dbPath)
+	if err != nil {
+		return fmt.Errorf("read instance state: %w", err)
+	}
+	arn, err := db.InstanceARN()
+	db.Close()
+	if err != nil || arn == "" {
+		return err
+	}
+	cs, err := p.Runtime.List(ctx, map[string]string{"com.capstan.instance": arn})
+	if err != nil {
+		return err
+	}
+	for _, c := range cs {
+		if err := p.Runtime.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			return fmt.Errorf("remove container %s: %w", c.ID, err)
+		}
+	}
+	return nil
+}
+
+// Handles lists the instances that have a directory (for cleanup).
+func (p *Provisioner) Handles() ([]string, error) {
+	entries, err := os.ReadDir(p.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
