@@ -60,8 +60,10 @@ type Config struct {
 	Engine       Engine
 	HTTPClient   *http.Client
 	Log          *slog.Logger
-	// BatchDelay gathers state changes for this long before persisting a
-	// batch (default 50ms).
+	// BatchDelay, when positive, gathers state changes for this long before
+	// persisting a batch; by default a batch holds whatever changes are
+	// already waiting, so a lone change goes out at once and bursts still
+	// share one write.
 	BatchDelay time.Duration
 	// MinBackoff and MaxBackoff bound reconnect waits (250ms, 30s).
 	MinBackoff, MaxBackoff time.Duration
@@ -81,9 +83,6 @@ type Client struct {
 
 // New returns a client; Run drives it.
 func New(cfg Config) *Client {
-	if cfg.BatchDelay == 0 {
-		cfg.BatchDelay = 50 * time.Millisecond
-	}
 	if cfg.MinBackoff == 0 {
 		cfg.MinBackoff = 250 * time.Millisecond
 	}
@@ -199,17 +198,37 @@ func (c *Client) collect(ctx context.Context) {
 			}
 			if len(pending) == 0 {
 				oldest = time.Now()
-				timer = time.After(c.cfg.BatchDelay)
-			}
-			replaced := false
-			for i := range pending {
-				if pending[i].Arn == st.Arn {
-					pending[i], replaced = st, true
+				if c.cfg.BatchDelay > 0 {
+					timer = time.After(c.cfg.BatchDelay)
 				}
 			}
-			if !replaced {
+			add := func(st protocol.TaskState) {
+				for i := range pending {
+					if pending[i].Arn == st.Arn {
+						pending[i] = st
+						return
+					}
+				}
 				pending = append(pending, st)
 			}
+			add(st)
+			if c.cfg.BatchDelay > 0 {
+				continue
+			}
+			// Take what else is already waiting, then write once.
+		drain:
+			for {
+				select {
+				case more, ok := <-changes:
+					if !ok {
+						break drain
+					}
+					add(more)
+				default:
+					break drain
+				}
+			}
+			flush()
 		case <-timer:
 			flush()
 		}

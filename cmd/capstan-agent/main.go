@@ -1,0 +1,32 @@
+// Command capstan-agent is the instance agent alone: the same agent as
+// `capstan agent`, in a binary without the server and client, so that it
+// keeps less memory resident on every instance.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/capstanhq/capstan/internal/agent"
+	"github.com/capstanhq/capstan/internal/agent/config"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "agent" {
+		args = args[1:] // accepted, so it can stand in for `capstan agent`
+	}
+	cfg, err := config.Load(args, os.Getenv, config.DefaultEnvFile)
+	if err == nil {
+		err = agent.Run(ctx, cfg, agent.Options{})
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "capstan-agent:", err)
+		os.Exit(1)
+	}
+}
