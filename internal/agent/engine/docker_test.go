@@ -116,10 +116,10 @@ func TestDockerRunTask(t *testing.T) {
 func TestDockerEssentialExit(t *testing.T) {
 	d := newDockerEnv(t)
 	h := d.start(t, Config{})
-	task := uniqueTask(t, d.ctr("app", "sh", "-c", "exit 3"), nonEssential(d.ctr("side")))
+	task := uniqueTask(t, d.ctr("app", "sh", "-c", "echo starting; echo 'bind: Address in use' >&2; exit 3"), nonEssential(d.ctr("side")))
 	h.e.SetDesired([]protocol.Task{task})
 	st := h.waitStatus(task.Arn, StatusStopped, dockerWait)
-	if c := containerOf(st, "app"); c.ExitCode == nil || *c.ExitCode != 3 {
+	if c := containerOf(st, "app"); c.ExitCode == nil || *c.ExitCode != 3 || c.Reason != "exited with code 3; last output: bind: Address in use" {
 		t.Fatalf("app %+v", c)
 	}
 	if st.StoppedReason != ReasonEssentialExited || st.StopCode != StopEssentialContainerExited {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path"
@@ -38,8 +39,9 @@ type (
 		img       runtime.Image
 		id        string
 		rc        runtime.Container
-		inspected bool  // rc is fresh
-		ierr      error // why inspecting failed
+		inspected bool   // rc is fresh
+		ierr      error  // why inspecting failed
+		output    string // last output line of a container that failed
 		err       error
 	}
 )
@@ -83,6 +85,7 @@ type ctr struct {
 	started         bool
 	exitCode        *int
 	reason          string
+	lastOutput      string // last line it printed before exiting non-zero
 	health          string
 	createdAt       time.Time
 	firstStartedAt  time.Time
@@ -495,6 +498,10 @@ func (t *task) onObserved(cs []runtime.Container) {
 		if c.op != "" {
 			continue // the op's own result is fresher
 		}
+		if failed(rc) && c.phase == phaseRunning && c.restartAt.IsZero() {
+			c.needInspect = true // an inspect also reads what it printed last
+			continue
+		}
 		c.syncing = false
 		t.observe(c, rc)
 	}
@@ -645,6 +652,10 @@ func (t *task) exited(c *ctr, rc runtime.Container) {
 		c.reason = ReasonOOM
 	case rc.Error != "":
 		c.reason = rc.Error
+	case code != 0 && c.lastOutput != "":
+		// What a failing process printed last usually says why (a port
+		// already bound by another daemon); otherwise only "1" is known.
+		c.reason = fmt.Sprintf("exited with code %d; last output: %s", code, c.lastOutput)
 	default:
 		c.reason = ""
 	}
@@ -778,6 +789,7 @@ func (t *task) onResult(ctx context.Context, r opResult) {
 		switch {
 		case r.err == nil:
 			c.syncing, c.failures, c.retryAt = false, 0, time.Time{}
+			c.lastOutput = r.output
 			t.observe(c, r.rc)
 		case errors.Is(r.err, runtime.ErrNotFound):
 			c.syncing = false
@@ -1235,8 +1247,35 @@ func (t *task) inspect(ctx context.Context, c *ctr) {
 		ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 		defer cancel()
 		rc, err := e.rt.Inspect(ctx, id)
-		return opResult{rc: rc, err: err}
+		var output string
+		if err == nil && failed(rc) {
+			output = lastOutput(ctx, e.rt, id)
+		}
+		return opResult{rc: rc, err: err, output: output}
 	})
+}
+
+// failed reports a container that exited non-zero with no reason known
+// from the runtime (out of memory, a start error).
+func failed(rc runtime.Container) bool {
+	return (rc.State == runtime.StateExited || rc.State == runtime.StateDead) && rc.ExitCode != 0 && !rc.OOMKilled && rc.Error == ""
+}
+
+// lastOutput is the last line a container wrote, "" when its log cannot be
+// read (a log driver without reads, say).
+func lastOutput(ctx context.Context, rt runtime.Runtime, id string) string {
+	r, err := rt.Logs(ctx, id, 3)
+	if err != nil {
+		return ""
+	}
+	defer r.Close()
+	b, _ := io.ReadAll(io.LimitReader(r, 64<<10))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	line := strings.ToValidUTF8(strings.TrimSpace(lines[len(lines)-1]), "?")
+	if len(line) > 200 {
+		line = strings.ToValidUTF8(line[:200], "") + "..."
+	}
+	return line
 }
 
 // views summarizes the containers for the status rules.
