@@ -24,14 +24,36 @@ func (s *Service) DescribeDaemon(ctx context.Context, req *shapes.DescribeDaemon
 	if err != nil {
 		return nil, storeErr(err)
 	}
+	var cps []string
 	for _, r := range revs {
-		rd := shapes.DaemonRevisionDetail{Arn: r.DaemonRevisionArn, TotalRunningCount: ptr(int32(0)), TotalWithoutDaemonCount: ptr(int32(0)),
-			CapacityProviders: []shapes.DaemonCapacityProvider{}}
 		for _, cp := range r.CapacityProviderArns {
-			// Counts are of daemon tasks on instances; none run until an
-			// instance of the capacity provider registers.
-			rd.CapacityProviders = append(rd.CapacityProviders, shapes.DaemonCapacityProvider{Arn: cp, RunningCount: ptr(int32(0)), WithoutDaemonCount: ptr(int32(0))})
+			if !slices.Contains(cps, cp) {
+				cps = append(cps, cp)
+			}
 		}
+	}
+	counts, err := s.DaemonCounts(ctx, d.Cluster, d.Name, cps)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	for _, r := range revs {
+		rd := shapes.DaemonRevisionDetail{Arn: r.DaemonRevisionArn, CapacityProviders: []shapes.DaemonCapacityProvider{}}
+		var total, without int32
+		for _, cp := range r.CapacityProviderArns {
+			c := counts[cp]
+			running := int32(c.Running[r.DaemonRevisionArn] + c.Draining[r.DaemonRevisionArn])
+			// An instance appears in one set or the other: instances without
+			// the daemon count towards the latest revision, for
+			// non-critical daemons only (critical ones hold or repair it).
+			var wo int32
+			if r.DaemonRevisionArn == d.RevisionArn && !d.Spec.Critical {
+				wo = int32(c.WithoutDaemon)
+			}
+			total += running
+			without += wo
+			rd.CapacityProviders = append(rd.CapacityProviders, shapes.DaemonCapacityProvider{Arn: cp, RunningCount: ptr(running), WithoutDaemonCount: ptr(wo)})
+		}
+		rd.TotalRunningCount, rd.TotalWithoutDaemonCount = ptr(total), ptr(without)
 		detail.CurrentRevisions = append(detail.CurrentRevisions, rd)
 	}
 	return &shapes.DescribeDaemonResponse{Daemon: detail}, nil
@@ -180,9 +202,54 @@ func (s *Service) DescribeDaemonDeployments(ctx context.Context, req *shapes.Des
 		if err != nil {
 			return nil, storeErr(err)
 		}
-		out.DaemonDeployments = append(out.DaemonDeployments, dep.DaemonDeployment)
+		view := dep.DaemonDeployment
+		if deployments.InFlight(dep.Status) {
+			if err := s.liveDeploymentCounts(ctx, dep, &view); err != nil {
+				return nil, storeErr(err)
+			}
+		}
+		out.DaemonDeployments = append(out.DaemonDeployments, view)
 	}
 	return out, nil
+}
+
+// liveDeploymentCounts fills an unfinished deployment's instance counts
+// from the instances as they are now.
+func (s *Service) liveDeploymentCounts(ctx context.Context, dep store.DaemonDeployment, view *shapes.DaemonDeployment) error {
+	counts, err := s.DaemonCounts(ctx, dep.Cluster, dep.Daemon, dep.CapacityProviderArns)
+	if err != nil {
+		return err
+	}
+	fill := func(d *shapes.DaemonDeploymentRevisionDetail, withWithout bool) *shapes.DaemonDeploymentRevisionDetail {
+		if d == nil {
+			return nil
+		}
+		c := *d
+		c.CapacityProviders = nil
+		var run, drain, without int32
+		for _, cp := range d.CapacityProviders {
+			n := counts[cp.Arn]
+			if n == nil {
+				continue
+			}
+			r, dr, wo := int32(n.Running[d.Arn]), int32(n.Draining[d.Arn]), int32(0)
+			if withWithout {
+				wo = int32(n.WithoutDaemon)
+			}
+			run, drain, without = run+r, drain+dr, without+wo
+			c.CapacityProviders = append(c.CapacityProviders, shapes.DaemonDeploymentCapacityProvider{Arn: cp.Arn,
+				RunningInstanceCount: ptr(r), DrainingInstanceCount: ptr(dr), WithoutDaemonInstanceCount: ptr(wo)})
+		}
+		c.TotalRunningInstanceCount, c.TotalDrainingInstanceCount, c.TotalWithoutDaemonInstanceCount = ptr(run), ptr(drain), ptr(without)
+		return &c
+	}
+	view.TargetDaemonRevision = fill(view.TargetDaemonRevision, true)
+	sources := make([]shapes.DaemonDeploymentRevisionDetail, 0, len(view.SourceDaemonRevisions))
+	for i := range view.SourceDaemonRevisions {
+		sources = append(sources, *fill(&view.SourceDaemonRevisions[i], false))
+	}
+	view.SourceDaemonRevisions = sources
+	return nil
 }
 
 func (s *Service) ListDaemonDeployments(ctx context.Context, req *shapes.ListDaemonDeploymentsRequest) (*shapes.ListDaemonDeploymentsResponse, error) {

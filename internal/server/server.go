@@ -232,7 +232,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 
 func runControllers(ctx context.Context, st *store.Store, svc *control.Service, prov provision.Provisioner, cfg Config) {
 	log := cfg.Log
-	dep := &deployments.Reconciler{Store: st, Now: time.Now, Log: log, DaemonRemoved: svc.FinishDaemonTaskDefinitionDeletes, Emit: svc.Events().Record}
+	dep := &deployments.Reconciler{Store: st, Now: time.Now, Log: log, DaemonRemoved: svc.FinishDaemonTaskDefinitionDeletes, Emit: svc.Events().Record,
+		Progress: svc.DeploymentProgress}
 	svcs := &services.Reconciler{Store: st, Tasks: svc, Now: time.Now, Log: log}
 	dmn := &daemons.Reconciler{Store: st, Svc: svc, Now: time.Now, Log: log, Impaired: svc.DaemonStartImpaired}
 	loops := []*controller.Loop{

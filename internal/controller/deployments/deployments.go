@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/events"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -21,12 +22,18 @@ type Reconciler struct {
 	Log   *slog.Logger
 	// DaemonRemoved runs after a DeleteDaemon deployment removed its daemon.
 	DaemonRemoved func(ctx context.Context) error
+	// Emit, when set, records an event; it must not fail the reconcile.
+	Emit func(ctx context.Context, cluster string, ev events.Event)
+	// Progress counts the instances a deployment covers and those that
+	// still have to change; nil counts container instances only.
+	Progress func(ctx context.Context, dep store.DaemonDeployment) (total, remaining int, err error)
 }
 
 // Step is the pure decision for a deployment given the world: whether its
-// daemon still points at it and how many instances of its capacity
-// providers exist. It returns the next record and whether it changed.
-func Step(dep store.DaemonDeployment, current bool, instances int, now time.Time) (store.DaemonDeployment, bool) {
+// daemon still points at it, how many instances of its capacity providers
+// exist, and how many of them have yet to change. It returns the next
+// record and whether it changed.
+func Step(dep store.DaemonDeployment, current bool, instances, remaining int, now time.Time) (store.DaemonDeployment, bool) {
 	if !InFlight(dep.Status) {
 		return dep, false
 	}
@@ -47,9 +54,9 @@ func Step(dep store.DaemonDeployment, current bool, instances int, now time.Time
 		}
 		return dep, true
 	case "IN_PROGRESS":
-		if instances == 0 {
-			// Nothing to drain or replace: new instances get the target
-			// revision when they register. No bake window: nothing ran.
+		if remaining == 0 {
+			// Every instance in scope is on the target (none, for a delete);
+			// new instances get the target revision when they register.
 			dep.Status = "SUCCESSFUL"
 			dep.FinishedAt = at
 			dep.StatusReason = "Deployment completed successfully."
@@ -105,14 +112,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			return 0, err
 		}
 		current := err == nil && daemon.Value.DeploymentArn == dep.DaemonDeploymentArn
-		n, err := r.instances(ctx, dep)
+		n, remaining, err := r.progress(ctx, dep)
 		if err != nil {
 			return 0, err
 		}
-		next, changed := Step(dep, current, n, r.Now())
+		next, changed := Step(dep, current, n, remaining, r.Now())
 		if !changed {
-			if n > 0 {
-				r.Log.Info("deployment waits for instance replacement", "deployment", dep.DaemonDeploymentArn, "instances", n)
+			if remaining > 0 && dep.Status == "IN_PROGRESS" {
+				// Daemon tasks change state on their own; look again soon.
+				return 2 * time.Second, nil
 			}
 			return 0, nil
 		}
@@ -131,12 +139,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			return 0, err
 		}
 		r.Log.Info("daemon deployment", "deployment", dep.DaemonDeploymentArn, "from", dep.Status, "to", next.Status)
+		r.emitTransition(ctx, dep, next)
 		if removed && r.DaemonRemoved != nil {
 			if err := r.DaemonRemoved(ctx); err != nil {
 				return 0, err
 			}
 		}
 	}
+}
+
+func (r *Reconciler) progress(ctx context.Context, dep store.DaemonDeployment) (int, int, error) {
+	if r.Progress != nil {
+		return r.Progress(ctx, dep)
+	}
+	n, err := r.instances(ctx, dep)
+	return n, n, err
 }
 
 // instances counts the container instances of the deployment's capacity

@@ -29,7 +29,7 @@ func TestStep(t *testing.T) {
 	}{
 		{"pending starts", "PENDING", true, 0, "IN_PROGRESS", true, "MONITORING"},
 		{"empty capacity completes", "IN_PROGRESS", true, 0, "SUCCESSFUL", true, "MONITORING_COMPLETE"},
-		{"instances wait for replacement", "IN_PROGRESS", true, 4, "IN_PROGRESS", false, "MONITORING"},
+		{"instances still to change wait", "IN_PROGRESS", true, 4, "IN_PROGRESS", false, "MONITORING"},
 		{"superseded pending stops", "PENDING", false, 0, "STOPPED", true, "MONITORING_COMPLETE"},
 		{"superseded running stops", "IN_PROGRESS", false, 3, "STOPPED", true, "MONITORING_COMPLETE"},
 		{"finished stays", "SUCCESSFUL", false, 0, "SUCCESSFUL", false, "MONITORING"},
@@ -37,7 +37,7 @@ func TestStep(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, changed := Step(deployment(tc.status), tc.current, tc.instances, now)
+			got, changed := Step(deployment(tc.status), tc.current, tc.instances, tc.instances, now)
 			if got.Status != tc.want || changed != tc.changed || got.CircuitBreaker.Status != tc.breaker {
 				t.Fatalf("got %s changed=%v breaker=%s, want %s changed=%v breaker=%s",
 					got.Status, changed, got.CircuitBreaker.Status, tc.want, tc.changed, tc.breaker)
@@ -65,5 +65,16 @@ func TestBreakerThreshold(t *testing.T) {
 		if got := BreakerThreshold(n); got != want {
 			t.Errorf("BreakerThreshold(%d) = %d, want %d", n, got, want)
 		}
+	}
+}
+
+func TestStepCompletesWhenNothingRemains(t *testing.T) {
+	got, changed := Step(deployment("IN_PROGRESS"), true, 3, 0, time.Now())
+	if !changed || got.Status != "SUCCESSFUL" {
+		t.Fatalf("3 instances all on target: %s", got.Status)
+	}
+	got, changed = Step(deployment("IN_PROGRESS"), true, 3, 1, time.Now())
+	if changed || got.Status != "IN_PROGRESS" {
+		t.Fatalf("one instance left: %s", got.Status)
 	}
 }
