@@ -134,3 +134,57 @@ func TestFailingDaemons(t *testing.T) {
 		t.Fatalf("instance with a failing critical daemon is %s", s)
 	}
 }
+
+// TestExactlyOneDaemonPerInstance adds a second daemon while the server and
+// an agent restart: every instance ends with exactly one task of each.
+func TestExactlyOneDaemonPerInstance(t *testing.T) {
+	ctx := context.Background()
+	f := newFleet(t)
+	cp := f.capacityProvider("fleet-mi")
+	loop := []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"}
+	f.daemon("logs", cp, true, loop...)
+	envA := agents.EnvFor(t, f.srv, f.cluster, "fleet-mi", t.TempDir())
+	envB := agents.EnvFor(t, f.srv, f.cluster, "fleet-mi", t.TempDir())
+	a := agents.StartEnv(t, envA, f.rt)
+	agents.StartEnv(t, envB, f.rt)
+	eventually(t, 60*time.Second, "both instances ACTIVE with the first daemon", func() bool {
+		return len(f.daemonTasks("logs", "RUNNING")) == 2 && aws.ToString(f.instance(a.InstanceArn).Status) == "ACTIVE"
+	})
+	arn := f.daemon("traces", cp, false, loop...)
+	a.Stop()
+	f.srv = f.srv.Restart(t)
+	f.c = f.srv.ECS()
+	agents.StartEnv(t, envA, f.rt)
+	for _, name := range []string{"logs", "traces"} {
+		eventually(t, 90*time.Second, name+" on both instances", func() bool {
+			running := f.daemonTasks(name, "RUNNING")
+			per := map[string]int{}
+			for _, tk := range running {
+				if aws.ToString(tk.LastStatus) == "RUNNING" {
+					per[aws.ToString(tk.ContainerInstanceArn)]++
+				}
+			}
+			return len(per) == 2 && per[a.InstanceArn] == 1
+		})
+	}
+	// No duplicates: one live task per daemon and instance, also in Docker.
+	time.Sleep(time.Second)
+	for _, name := range []string{"logs", "traces"} {
+		per := map[string]int{}
+		for _, tk := range f.daemonTasks(name, "RUNNING") {
+			per[aws.ToString(tk.ContainerInstanceArn)]++
+			if cs := f.containers(aws.ToString(tk.TaskArn)); len(cs) != 1 {
+				t.Fatalf("%s task %s has %d containers", name, aws.ToString(tk.TaskArn), len(cs))
+			}
+		}
+		for inst, n := range per {
+			if n != 1 {
+				t.Fatalf("%s: %d tasks on %s", name, n, inst)
+			}
+		}
+	}
+	d, err := f.c.DescribeDaemon(ctx, &ecs.DescribeDaemonInput{DaemonArn: aws.String(arn)})
+	if err != nil || len(d.Daemon.CurrentRevisions) != 1 || d.Daemon.CurrentRevisions[0].TotalRunningCount != 2 {
+		t.Fatalf("describe daemon counts: %+v %v", d, err)
+	}
+}
