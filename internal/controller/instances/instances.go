@@ -227,6 +227,9 @@ func (r *Reconciler) launch(ctx context.Context, cluster, cp string, t store.Tas
 		"AWS_REGION":            "us-east-1",
 		"CAPSTAN_METRICS_ADDR":  "127.0.0.1:0",
 		"CAPSTAN_METADATA_ADDR": "0.0.0.0:0",
+		// Managed instances refuse privileged application tasks; daemons may
+		// still be privileged.
+		"ECS_DISABLE_PRIVILEGED": "true",
 		// Instances sharing a host each get their own daemon address.
 		"CAPSTAN_DAEMON_SUBNET":  "169.254." + strconv.Itoa(172+slot) + ".0/24",
 		"CAPSTAN_DAEMON_ADDRESS": "169.254." + strconv.Itoa(172+slot) + ".2",
