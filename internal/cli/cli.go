@@ -50,31 +50,35 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if n == nil {
 		return s.usage(fmt.Errorf("unknown noun %q", rest[0]), topHelp)
 	}
-	nounFlags := s.flagSet("capstan " + n.name)
-	rest, err = parseUntilWord(nounFlags, rest[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, n.help())
-		return exitOK
-	}
-	if err != nil {
-		return s.usage(err, n.help)
-	}
-	if len(rest) == 0 {
-		return s.usage(errors.New("missing verb"), n.help)
-	}
-	if rest[0] == "help" {
-		fmt.Fprint(stdout, n.help())
-		return exitOK
-	}
-	v := n.find(rest[0])
+	v := n.run
+	rest = rest[1:]
 	if v == nil {
-		return s.usage(fmt.Errorf("unknown verb %q for %s", rest[0], n.name), n.help)
+		nounFlags := s.flagSet("capstan " + n.name)
+		rest, err = parseUntilWord(nounFlags, rest)
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, n.help())
+			return exitOK
+		}
+		if err != nil {
+			return s.usage(err, n.help)
+		}
+		if len(rest) == 0 {
+			return s.usage(errors.New("missing verb"), n.help)
+		}
+		if rest[0] == "help" {
+			fmt.Fprint(stdout, n.help())
+			return exitOK
+		}
+		if v = n.find(rest[0]); v == nil {
+			return s.usage(fmt.Errorf("unknown verb %q for %s", rest[0], n.name), n.help)
+		}
+		rest = rest[1:]
 	}
 
-	fs := s.flagSet("capstan " + n.name + " " + v.name)
+	fs := s.flagSet(strings.TrimSpace("capstan " + n.name + " " + v.name))
 	act := v.bind(fs)
 	verbHelp := func() string { return v.help(n, fs) }
-	pos, err := parseInterspersed(fs, rest[1:])
+	pos, err := parseInterspersed(fs, rest)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, verbHelp())
 		return exitOK
@@ -208,6 +212,9 @@ type noun struct {
 	name    string
 	summary string
 	verbs   []*verb
+	// run, instead of verbs, makes the noun a command of its own
+	// (capstan events [flags]).
+	run *verb
 }
 
 type verb struct {
@@ -222,7 +229,7 @@ type verb struct {
 
 type action func(ctx context.Context, s *session, args []string) error
 
-var nouns = []*noun{clusterNoun(), capacityProviderNoun(), taskDefinitionNoun(), daemonTaskDefinitionNoun(), daemonNoun(), agentCredentialNoun()}
+var nouns = []*noun{clusterNoun(), capacityProviderNoun(), taskDefinitionNoun(), daemonTaskDefinitionNoun(), daemonNoun(), agentCredentialNoun(), eventsNoun()}
 
 func findNoun(name string) *noun {
 	for _, n := range nouns {
@@ -266,7 +273,7 @@ func (n *noun) help() string {
 
 func (v *verb) help(n *noun, fs *flag.FlagSet) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Usage: capstan %s %s %s\n\n%s\n", n.name, v.name, v.args, v.summary)
+	fmt.Fprintf(&b, "Usage: %s\n\n%s\n", strings.Join(strings.Fields("capstan "+n.name+" "+v.name+" "+v.args), " "), v.summary)
 	if v.details != "" {
 		fmt.Fprintf(&b, "\n%s\n", strings.TrimSpace(v.details))
 	}

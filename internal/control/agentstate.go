@@ -98,7 +98,9 @@ func (s *Service) applyTaskState(ctx context.Context, cluster, instanceID string
 			t.DesiredStatus = "STOPPED"
 		}
 		tx.Update(it.Key, it.Rev, t)
-		_, err = tx.Commit(ctx)
+		if _, err = tx.Commit(ctx); err == nil {
+			s.taskChanged(ctx, t)
+		}
 		return err
 	})
 }

@@ -276,6 +276,7 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 		if _, err := tx.Commit(ctx); err != nil {
 			return err
 		}
+		s.instanceChanged(ctx, ci)
 		out = ci
 		return nil
 	})
@@ -524,7 +525,9 @@ func (s *Service) UpdateContainerInstancesState(ctx context.Context, req *shapes
 			}
 			ci.Status = req.Status
 			*ci.Version++
-			_, err = s.st.Txn().Update(it.Key, it.Rev, ci).Commit(ctx)
+			if _, err = s.st.Txn().Update(it.Key, it.Rev, ci).Commit(ctx); err == nil {
+				s.instanceChanged(ctx, ci)
+			}
 			return err
 		})
 		if errors.Is(err, store.ErrNotFound) {
@@ -608,6 +611,7 @@ func (s *Service) DeregisterContainerInstance(ctx context.Context, req *shapes.D
 		if _, err := tx.Commit(ctx); err != nil {
 			return err
 		}
+		s.instanceChanged(ctx, ci)
 		out = ci
 		return nil
 	})

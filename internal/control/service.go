@@ -25,6 +25,8 @@ type Config struct {
 	Log       *slog.Logger
 	// Endpoint is the URL agents use to reach this server.
 	Endpoint string
+	// EventRetention is how long events are kept (default an hour).
+	EventRetention time.Duration
 }
 
 // Service holds the operations.
@@ -36,6 +38,7 @@ type Service struct {
 	ids  *idSource
 	// endpoint is what DiscoverPollEndpoint answers.
 	endpoint string
+	events   *Emitter
 }
 
 // New returns a Service.
@@ -46,7 +49,7 @@ func New(cfg Config) *Service {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{
+	s := &Service{
 		st:       cfg.Store,
 		arns:     arns{partition: "aws", region: cfg.Region, account: cfg.AccountID},
 		now:      func() time.Time { return cfg.Now().UTC().Truncate(time.Millisecond) }, // API timestamps have millisecond precision
@@ -54,6 +57,8 @@ func New(cfg Config) *Service {
 		ids:      newIDSource(cfg.Now),
 		endpoint: cfg.Endpoint,
 	}
+	s.events = newEmitter(s.st, s.log, s.now, s.arns, cfg.EventRetention)
+	return s
 }
 
 // Register adds every operation to h.
@@ -68,6 +73,7 @@ func (s *Service) Register(h *api.Handler) {
 	s.registerTasks(h)
 	s.registerServices(h)
 	s.registerExtensions(h)
+	s.registerEvents(h)
 }
 
 // storeErr classifies store failures that reach an operation: a conflict

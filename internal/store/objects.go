@@ -230,3 +230,8 @@ type Service struct {
 type ServiceEvents struct {
 	Events []shapes.ServiceEvent `json:"events"`
 }
+
+// Events are keyed by time-ordered IDs so that a cluster's events list
+// oldest first; they live on shared leases and expire on their own.
+func EventPrefix(cluster string) string  { return "events/" + cluster + "/" }
+func EventKey(cluster, id string) string { return EventPrefix(cluster) + id }

@@ -25,8 +25,7 @@ func TestEmitTransition(t *testing.T) {
 		{"IN_PROGRESS", "IN_PROGRESS", nil},
 	}
 	for _, c := range cases {
-		var names, clusters []string
-		var times []string
+		var names, clusters, times []string
 		r := &Reconciler{Now: func() time.Time { return now }, Emit: func(_ context.Context, cluster string, ev events.Event) {
 			d := struct{ EventName, UpdatedAt string }{}
 			if err := json.Unmarshal(ev.Detail, &d); err != nil {

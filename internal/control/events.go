@@ -1,0 +1,389 @@
+package control
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/api"
+	"github.com/capstanhq/capstan/internal/events"
+	"github.com/capstanhq/capstan/internal/fault"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// DefaultEventRetention is how long events are kept unless configured.
+const DefaultEventRetention = time.Hour
+
+const (
+	// eventBucket is how many events' worth of time share one lease.
+	eventBucket = time.Minute
+	// emitTimeout bounds the one write an event costs its producer.
+	emitTimeout = 5 * time.Second
+	// eventLookback is how far behind the cursor a listing looks for events
+	// committed late (their ID was taken before a slower write finished).
+	// It must exceed emitTimeout.
+	eventLookback = 30 * time.Second
+	maxEventWait  = 20
+)
+
+// Emitter records events in the store. Each event is one put, attached to
+// a lease shared by every event of the same minute, so events expire after
+// the retention without a cleanup job and without a lease per event.
+type Emitter struct {
+	st        *store.Store
+	log       *slog.Logger
+	now       func() time.Time
+	account   string
+	region    string
+	retention time.Duration
+	ids       eventIDs
+
+	mu     sync.Mutex
+	leases map[int64]*store.Lease // by bucket start, unix seconds
+
+	// ending cancels long polls when the server shuts down.
+	ending context.Context
+	end    context.CancelFunc
+}
+
+func newEmitter(st *store.Store, log *slog.Logger, now func() time.Time, a arns, retention time.Duration) *Emitter {
+	if retention <= 0 {
+		retention = DefaultEventRetention
+	}
+	ending, end := context.WithCancel(context.Background())
+	return &Emitter{st: st, log: log, now: now, account: a.account, region: a.region, retention: retention,
+		leases: map[int64]*store.Lease{}, ending: ending, end: end}
+}
+
+// Events returns the service's event emitter.
+func (s *Service) Events() *Emitter { return s.events }
+
+// Emit stamps ev with its ID, time, account and region and writes it under
+// the cluster. The write outlives the caller's cancellation: the change the
+// event reports has already happened.
+func (e *Emitter) Emit(ctx context.Context, cluster string, ev events.Event) error {
+	if cluster == "" {
+		return errors.New("event without a cluster")
+	}
+	now := e.now()
+	ev.Version, ev.Source = "0", events.Source
+	ev.ID = e.ids.next(now)
+	ev.Time = events.EventTime(now)
+	ev.Account, ev.Region = e.account, e.region
+	if ev.Resources == nil {
+		ev.Resources = []string{}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), emitTimeout)
+	defer cancel()
+	bucket := now.Truncate(eventBucket).Unix()
+	for attempt := 0; ; attempt++ {
+		l, err := e.lease(ctx, bucket)
+		if err != nil {
+			return err
+		}
+		_, err = e.st.Txn().PutWithLease(store.EventKey(cluster, ev.ID), ev, l).Commit(ctx)
+		if err == nil {
+			return nil
+		}
+		// The lease may have gone (etcd restored, or a long pause): a new
+		// one is granted once before giving up.
+		e.forget(bucket, l)
+		if attempt == 1 {
+			return fmt.Errorf("record %s event: %w", ev.DetailType, err)
+		}
+	}
+}
+
+// Record is Emit for producers whose own operation must not fail because
+// an event could not be written: the failure is logged instead.
+func (e *Emitter) Record(ctx context.Context, cluster string, ev events.Event) {
+	if err := e.Emit(ctx, cluster, ev); err != nil {
+		e.log.Warn("event not recorded", "cluster", cluster, "detail_type", ev.DetailType, "err", err)
+	}
+}
+
+// EndWaits returns every ListEvents long poll now, and any later one at
+// once, so that a server shutting down is not held up by them.
+func (e *Emitter) EndWaits() { e.end() }
+
+func (e *Emitter) lease(ctx context.Context, bucket int64) (*store.Lease, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l, ok := e.leases[bucket]; ok {
+		return l, nil
+	}
+	// Granted at or after the bucket's start, so every event of the bucket
+	// lives at least the retention.
+	l, err := e.st.Grant(ctx, e.retention+eventBucket)
+	if err != nil {
+		return nil, fmt.Errorf("event lease: %w", err)
+	}
+	for b := range e.leases {
+		if b < bucket-int64(2*eventBucket/time.Second) {
+			delete(e.leases, b) // the lease runs out on its own
+		}
+	}
+	e.leases[bucket] = l
+	return l, nil
+}
+
+func (e *Emitter) forget(bucket int64, l *store.Lease) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.leases[bucket] == l {
+		delete(e.leases, bucket)
+	}
+}
+
+// taskChanged records a task state change for a task just written.
+func (s *Service) taskChanged(ctx context.Context, t store.Task) {
+	s.events.Record(ctx, t.Cluster, events.TaskStateChangeEvent(s.taskView(t, false), s.now()))
+}
+
+// instanceChanged records a container instance state change for an
+// instance just written.
+func (s *Service) instanceChanged(ctx context.Context, ci store.ContainerInstance) {
+	v := ci.ContainerInstance
+	_, err := store.Get[store.Session](ctx, s.st, store.SessionKey(ci.Cluster, ci.ID))
+	v.AgentConnected = ptr(err == nil)
+	s.events.Record(ctx, ci.Cluster, events.ContainerInstanceStateChangeEvent(v, s.arns.cluster(ci.Cluster), s.now()))
+}
+
+// DaemonStartImpaired records that a daemon task did not start on an
+// instance; failureType is events.TaskFailedToRun (taskArn names the task)
+// or events.TaskCreationFailed. It fits the daemons controller's hook.
+func (s *Service) DaemonStartImpaired(ctx context.Context, ci store.ContainerInstance, d store.Daemon, taskArn, failureType, reason string) {
+	s.events.Record(ctx, ci.Cluster, events.DaemonTaskStartImpairedEvent(events.StartFailure{
+		FailureType:             failureType,
+		ClusterArn:              d.ClusterArn,
+		ContainerInstanceArn:    ci.ContainerInstanceArn,
+		TaskArn:                 taskArn,
+		DaemonArn:               d.Arn,
+		DaemonRevisionArn:       d.RevisionArn,
+		DaemonTaskDefinitionArn: d.Spec.TaskDefinitionArn,
+		CapacityProviderName:    ci.CapacityProviderName,
+		CreatedAt:               s.now(),
+		Reason:                  reason,
+	}))
+}
+
+// eventIDs hands out UUIDv7s (RFC 9562): the millisecond time leads, so
+// they sort by time as strings, and a counter in the next 12 bits keeps
+// one process's IDs strictly increasing within a millisecond.
+type eventIDs struct {
+	mu    sync.Mutex
+	ms    int64
+	count uint16
+}
+
+func (g *eventIDs) next(now time.Time) string {
+	g.mu.Lock()
+	ms := now.UnixMilli()
+	switch {
+	case ms > g.ms:
+		var b [2]byte
+		rand.Read(b[:])
+		g.ms, g.count = ms, binary.BigEndian.Uint16(b[:])&0x7ff // room to count up
+	case g.count == 0xfff:
+		g.ms, g.count = g.ms+1, 0 // borrow the next millisecond
+	default:
+		g.count++ // same millisecond, or the clock stepped back
+	}
+	ms, count := g.ms, g.count
+	g.mu.Unlock()
+	var b [16]byte
+	rand.Read(b[8:])
+	binary.BigEndian.PutUint64(b[:8], uint64(ms)<<16|0x7000|uint64(count))
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+var eventIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// eventIDFloor is a key fragment that sorts before every ID taken at or
+// after t.
+func eventIDFloor(t time.Time) string {
+	ms := max(t.UnixMilli(), 0)
+	return fmt.Sprintf("%08x-%04x", uint64(ms)>>16, uint64(ms)&0xffff)
+}
+
+func eventIDTime(id string) time.Time {
+	hi, _ := strconv.ParseUint(id[0:8], 16, 64)
+	lo, _ := strconv.ParseUint(id[9:13], 16, 64)
+	return time.UnixMilli(int64(hi<<16 | lo))
+}
+
+// eventCursor marks how far a reader has got: every event with an ID up to
+// id that was committed by store revision rev has been returned (or
+// filtered out). A bare event ID as cursor has no revision: everything up
+// to it counts as seen.
+type eventCursor struct {
+	id     string
+	rev    int64
+	hasRev bool
+}
+
+func (c eventCursor) String() string { return c.id + "@" + strconv.FormatInt(c.rev, 10) }
+
+func parseEventCursor(s string) (eventCursor, error) {
+	bad := fault.Invalid("after", "must be an event id or a cursor returned by ListEvents (got %q)", clip(s))
+	if s == "" {
+		return eventCursor{}, nil
+	}
+	id, rev, hasRev := strings.Cut(s, "@")
+	c := eventCursor{id: id, hasRev: hasRev}
+	if id != "" && !eventIDPattern.MatchString(id) || id == "" && !hasRev {
+		return c, bad
+	}
+	if hasRev {
+		n, err := strconv.ParseInt(rev, 10, 64)
+		if err != nil || n < 0 {
+			return c, bad
+		}
+		c.rev = n
+	}
+	return c, nil
+}
+
+// ListEventsRequest asks for a cluster's events after a cursor.
+type ListEventsRequest struct {
+	Cluster string `json:"cluster"`
+	// After is a cursor from an earlier call, or an event id.
+	After      string `json:"after,omitempty"`
+	DetailType string `json:"detailType,omitempty"`
+	// Resource keeps events that name it among their resources or anywhere
+	// in their detail.
+	Resource    string `json:"resource,omitempty"`
+	MaxResults  *int32 `json:"maxResults,omitempty"`
+	WaitSeconds *int32 `json:"waitSeconds,omitempty"`
+}
+
+// ListEventsResponse carries events oldest first and the cursor to pass as
+// After next time (also when no event came).
+type ListEventsResponse struct {
+	Events []events.Event `json:"events"`
+	Cursor string         `json:"cursor"`
+}
+
+func (s *Service) registerEvents(h *api.Handler) {
+	api.RegisterExtension(h, "ListEvents", s.ListEvents)
+}
+
+// ListEvents pages through a cluster's recent events. With waitSeconds it
+// waits, following the store, until at least one event is there to return.
+func (s *Service) ListEvents(ctx context.Context, req *ListEventsRequest) (*ListEventsResponse, error) {
+	if req.Cluster == "" {
+		return nil, fault.Invalid("cluster", "is required")
+	}
+	if req.DetailType != "" && !slices.Contains(events.DetailTypes, req.DetailType) {
+		return nil, fault.Invalid("detailType", "must be one of %q (got %q)", events.DetailTypes, clip(req.DetailType))
+	}
+	if len(req.Resource) > 2048 {
+		return nil, fault.Invalid("resource", "must be at most 2048 characters")
+	}
+	limit := 100
+	if req.MaxResults != nil {
+		if *req.MaxResults < 1 || *req.MaxResults > 1000 {
+			return nil, fault.Invalid("maxResults", "must be between 1 and 1000 (got %d)", *req.MaxResults)
+		}
+		limit = int(*req.MaxResults)
+	}
+	wait := 0
+	if req.WaitSeconds != nil {
+		if *req.WaitSeconds < 0 || *req.WaitSeconds > maxEventWait {
+			return nil, fault.Invalid("waitSeconds", "must be between 0 and %d (got %d)", maxEventWait, *req.WaitSeconds)
+		}
+		wait = int(*req.WaitSeconds)
+	}
+	cur, err := parseEventCursor(req.After)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := s.activeCluster(ctx, "cluster", req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	prefix := store.EventPrefix(cl.Value.ClusterName)
+	match := func(ev events.Event) bool {
+		return (req.DetailType == "" || ev.DetailType == req.DetailType) && (req.Resource == "" || ev.Mentions(req.Resource))
+	}
+	var sub *store.Subscription
+	if wait > 0 {
+		// Subscribed before the first listing, so nothing written in
+		// between goes unnoticed.
+		sub = s.st.Subscribe(prefix)
+		defer sub.Close()
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(wait)*time.Second)
+	defer cancel()
+	defer context.AfterFunc(s.events.ending, cancel)()
+	for {
+		out, next, err := s.scanEvents(ctx, prefix, cur, match, limit)
+		if err != nil {
+			return nil, storeErr(err)
+		}
+		cur = next
+		if len(out) > 0 || wait == 0 {
+			return &ListEventsResponse{Events: out, Cursor: cur.String()}, nil
+		}
+		if _, _, err := sub.Next(wctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return &ListEventsResponse{Events: []events.Event{}, Cursor: cur.String()}, nil
+		}
+	}
+}
+
+// scanEvents returns, in ID order, up to limit matching events the cursor
+// has not covered, and the cursor after them. It considers only events
+// committed by the revision it starts at, so the new cursor is exact about
+// what it covers; events committed later come next time, even one whose ID
+// sorts before the cursor (within eventLookback).
+func (s *Service) scanEvents(ctx context.Context, prefix string, cur eventCursor, match func(events.Event) bool, limit int) ([]events.Event, eventCursor, error) {
+	rev := s.st.Revision()
+	after := ""
+	switch {
+	case cur.hasRev && cur.id != "":
+		after = prefix + eventIDFloor(eventIDTime(cur.id).Add(-eventLookback))
+	case cur.id != "":
+		after = prefix + cur.id
+	}
+	out := []events.Event{}
+	last := "" // the last ID consumed, in order
+	for {
+		items, more, err := store.List[events.Event](ctx, s.st, prefix, after, 256)
+		if err != nil {
+			return nil, cur, err
+		}
+		for _, it := range items {
+			after = it.Key
+			id := it.Key[len(prefix):]
+			if it.Rev > rev || id <= cur.id && (!cur.hasRev || it.Rev <= cur.rev) {
+				continue // a later listing's, or already covered
+			}
+			if !match(it.Value) {
+				last = id
+				continue
+			}
+			if len(out) == limit {
+				// Everything up to last is consumed; what follows is not.
+				return out, eventCursor{id: last, rev: rev, hasRev: true}, nil
+			}
+			out = append(out, it.Value)
+			last = id
+		}
+		if !more {
+			return out, eventCursor{id: max(cur.id, last), rev: rev, hasRev: true}, nil
+		}
+	}
+}
