@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/protocol"
@@ -88,10 +89,20 @@ func (s *Service) applyTaskState(ctx context.Context, cluster, instanceID string
 			return nil
 		}
 		tx := s.st.Txn()
+		unexpected := t.DesiredStatus == "RUNNING"
 		mergeState(&t, st)
 		*t.Version++
 		if t.LastStatus == "STOPPED" {
-			if err := s.release(ctx, tx, t); err != nil {
+			// A critical daemon that stops on its own takes its instance out
+			// of service in the same write: no ACTIVE instance is ever
+			// recorded running tasks without its critical daemons.
+			repair := ""
+			if unexpected && t.Kind == protocol.KindDaemon {
+				if repair, err = s.repairReason(ctx, t); err != nil {
+					return err
+				}
+			}
+			if err := s.release(ctx, tx, t, repair); err != nil {
 				return err
 			}
 			t.Reserved = nil
@@ -107,14 +118,34 @@ func (s *Service) applyTaskState(ctx context.Context, cluster, instanceID string
 
 // release returns a stopped task's reservation to its instance and removes
 // the task from the instance's manifest, in tx.
-func (s *Service) release(ctx context.Context, tx *store.Txn, t store.Task) error {
+// repairReason is why the instance of a stopped daemon task must be
+// repaired, or "" when it need not (non-critical daemon, auto-repair off).
+func (s *Service) repairReason(ctx context.Context, t store.Task) (string, error) {
+	name, ok := strings.CutPrefix(t.Group, "daemon:")
+	if !ok {
+		return "", nil
+	}
+	d, err := store.Get[store.Daemon](ctx, s.st, store.DaemonKey(t.Cluster, name))
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil || !d.Value.Spec.Critical {
+		return "", err
+	}
+	if on, err := s.AutoRepair(ctx, t.CapacityProviderName); err != nil && !errors.Is(err, store.ErrNotFound) || !on {
+		return "", nil
+	}
+	return "auto-repair: critical daemon " + name + " stopped: " + t.StoppedReason, nil
+}
+
+func (s *Service) release(ctx context.Context, tx *store.Txn, t store.Task, drainReason string) error {
 	dkey := store.DesiredKey(t.Cluster, t.InstanceID, t.ID)
 	if d, err := store.Get[protocol.Task](ctx, s.st, dkey); err == nil {
 		tx.Delete(dkey, d.Rev)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
-	if t.Reserved == nil {
+	if t.Reserved == nil && drainReason == "" {
 		return nil
 	}
 	it, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(t.Cluster, t.InstanceID))
@@ -125,14 +156,19 @@ func (s *Service) release(ctx context.Context, tx *store.Txn, t store.Task) erro
 		return err
 	}
 	ci := it.Value
-	rem := readResources(ci.RemainingResources)
-	rem.cpu += t.Reserved.CPU
-	rem.memory += t.Reserved.Memory
-	registered := readResources(ci.RegisteredResources)
-	rem.ports = slices.DeleteFunc(rem.ports, func(p string) bool {
-		return slices.Contains(t.Reserved.Ports, p) && !slices.Contains(registered.ports, p)
-	})
-	ci.RemainingResources = rem.shapes()
+	if drainReason != "" && ci.Status == "ACTIVE" {
+		ci.Status, ci.StatusReason = "DRAINING", drainReason
+	}
+	if r := t.Reserved; r != nil {
+		rem := readResources(ci.RemainingResources)
+		rem.cpu += r.CPU
+		rem.memory += r.Memory
+		registered := readResources(ci.RegisteredResources)
+		rem.ports = slices.DeleteFunc(rem.ports, func(p string) bool {
+			return slices.Contains(r.Ports, p) && !slices.Contains(registered.ports, p)
+		})
+		ci.RemainingResources = rem.shapes()
+	}
 	*ci.Version++
 	tx.Update(it.Key, it.Rev, ci)
 	return nil

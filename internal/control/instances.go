@@ -222,6 +222,7 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 		}
 		tx := s.st.Txn().Unchanged(cl.Key, cl.Rev)
 		var ci store.ContainerInstance
+		var write func()
 		if id != "" {
 			cur, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cluster, id))
 			if errors.Is(err, store.ErrNotFound) {
@@ -240,7 +241,7 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 				return err
 			}
 			ci.RemainingResources = rem.shapes()
-			tx.Update(cur.Key, cur.Rev, &ci)
+			write = func() { tx.Update(cur.Key, cur.Rev, ci) }
 		} else {
 			id = newInstanceID()
 			ci = store.ContainerInstance{ID: id, Cluster: cluster}
@@ -259,7 +260,8 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 				// instance once its critical daemons run.
 				ci.Status = "REGISTERING"
 			}
-			tx.Create(store.ContainerInstanceKey(cluster, id), &ci)
+			key := store.ContainerInstanceKey(cluster, id)
+			write = func() { tx.Create(key, ci) }
 		}
 		ci.RegisteredResources = total.shapes()
 		ci.VersionInfo = req.VersionInfo
@@ -268,6 +270,7 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 			ci.Tags = req.Tags
 		}
 		*ci.Version = *ci.Version + 1
+		write() // the transaction encodes values when given: after every field is set
 		if caller.Role == auth.RoleAgent && cred.Value.InstanceID != id {
 			c := cred.Value
 			c.InstanceID = id

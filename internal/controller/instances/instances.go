@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/control"
@@ -44,6 +45,49 @@ type Reconciler struct {
 	AgentEnv map[string]string
 	Now      func() time.Time
 	Log      *slog.Logger
+
+	mu sync.Mutex
+	// failures counts instances of a capacity provider that died or never
+	// registered soon after launch; launches back off while it is high.
+	failures map[string]launchFailures
+}
+
+type launchFailures struct {
+	n    int
+	last time.Time
+}
+
+// launchBackoff is how long to wait before the next launch after n quick
+// failures in a row: 5 s doubling to 5 minutes.
+func launchBackoff(n int) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	return min(5*time.Second<<min(n-1, 10), 5*time.Minute)
+}
+
+func (r *Reconciler) failed(cp string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failures == nil {
+		r.failures = map[string]launchFailures{}
+	}
+	f := r.failures[cp]
+	r.failures[cp] = launchFailures{n: f.n + 1, last: now}
+}
+
+func (r *Reconciler) succeeded(cp string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.failures, cp)
+}
+
+// launchWait is how long launches for cp must still wait.
+func (r *Reconciler) launchWait(cp string, now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.failures[cp]
+	return launchBackoff(f.n) - now.Sub(f.last)
 }
 
 // Follows maps task, instance and managed-instance changes to their
@@ -118,12 +162,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		case m.Value.Handle != "" && !alive:
 			// The instance is gone: its tasks cannot run any more.
 			r.Log.Warn("managed instance lost", "instance", m.Value.ID, "container_instance", ci.ContainerInstanceArn)
+			if now.Sub(m.Value.LaunchedAt) < time.Minute {
+				r.failed(name, now)
+			}
 			if err := r.terminate(ctx, m, registered, ci, "instance lost"); err != nil {
 				return 0, err
 			}
 		case !registered:
 			if now.Sub(m.Value.LaunchedAt) > RegisterTimeout {
 				r.Log.Warn("managed instance did not register in time", "instance", m.Value.ID)
+				r.failed(name, now)
 				if err := r.terminate(ctx, m, false, ci, "did not register"); err != nil {
 					return 0, err
 				}
@@ -135,6 +183,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			starting++
 			later(time.Second)
 		case ci.Status == "ACTIVE":
+			r.succeeded(name)
 			if err := r.scaleIn(ctx, cp, m, ci, now, later); err != nil {
 				return 0, err
 			}
@@ -158,6 +207,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		}
 		if starting > 0 {
 			later(time.Second) // a launched instance may take it
+			continue
+		}
+		if wait := r.launchWait(name, now); wait > 0 {
+			later(wait)
 			continue
 		}
 		if err := r.launch(ctx, cp.Cluster, name, t, managed); err != nil {

@@ -138,7 +138,10 @@ func running(pid int) bool {
 // instance, as if the machine went away.
 func (p *Provisioner) Terminate(ctx context.Context, handle string) error {
 	dir := p.instanceDir(handle)
-	if pid, err := p.pid(handle); err == nil && running(pid) {
+	if pid, err := p.pid(handle); err == nil && !running(pid) {
+		// It died on its own: keep its last words in the server's log.
+		p.Log.Warn("local instance had exited", "id", handle, "log_tail", tail(filepath.Join(dir, "agent.log"), 1500))
+	} else if err == nil {
 		syscall.Kill(pid, syscall.SIGTERM)
 		deadline := time.Now().Add(15 * time.Second)
 		for running(pid) && time.Now().Before(deadline) {
@@ -205,4 +208,19 @@ func (p *Provisioner) Handles() ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// tail returns the end of a file, for logs.
+func tail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		f.Seek(st.Size()-n, 0)
+	}
+	b := make([]byte, n)
+	k, _ := f.Read(b)
+	return string(b[:k])
 }
