@@ -52,12 +52,13 @@
 //     after a run of a full period. While waiting, the container is still
 //     reported RUNNING (the task is not stopping); TaskInfo shows the exit
 //     code and RestartCount.
-//   - A container that exits non-zero for no reason the runtime knows
-//     (not out of memory, not a start error) gets the last line it printed
-//     as its reason ("exited with code 1; last output: ..."): a daemon that
-//     cannot bind its port says so in DescribeTasks. The line is read by
-//     the inspect that follows the exit; a listing that sees the exit first
-//     leaves it to such an inspect.
+//   - A container that exits non-zero on its own, for no reason the
+//     runtime knows (not out of memory, not a start error), gets the last
+//     lines it printed as its reason ("exited with code 1; last output:
+//     ..."): a daemon that cannot bind its port says so in DescribeTasks.
+//     The line is read by the inspect that follows the exit (or the start,
+//     for a fast crash); a listing that sees the exit first leaves it to
+//     such an inspect.
 //   - CPU: a container's cpu becomes its CPU shares; without one, it gets
 //     an even share of what the task-level cpu leaves, at least 2. Memory:
 //     a container without its own hard limit gets the task's memory as one,

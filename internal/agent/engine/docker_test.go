@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,8 +109,8 @@ func TestDockerRunTask(t *testing.T) {
 	}
 	h.e.SetDesired(nil)
 	st = h.waitStatus(task.Arn, StatusStopped, dockerWait)
-	if c := containerOf(st, "app"); c.ExitCode == nil || *c.ExitCode != 143 {
-		t.Errorf("container %+v, want SIGTERM's 143", c)
+	if c := containerOf(st, "app"); c.ExitCode == nil || *c.ExitCode != 143 || c.Reason != "" {
+		t.Errorf("container %+v, want SIGTERM's 143 and no reason (the engine stopped it)", c)
 	}
 }
 
@@ -119,7 +120,7 @@ func TestDockerEssentialExit(t *testing.T) {
 	task := uniqueTask(t, d.ctr("app", "sh", "-c", "echo starting; echo 'bind: Address in use' >&2; exit 3"), nonEssential(d.ctr("side")))
 	h.e.SetDesired([]protocol.Task{task})
 	st := h.waitStatus(task.Arn, StatusStopped, dockerWait)
-	if c := containerOf(st, "app"); c.ExitCode == nil || *c.ExitCode != 3 || c.Reason != "exited with code 3; last output: bind: Address in use" {
+	if c := containerOf(st, "app"); c.ExitCode == nil || *c.ExitCode != 3 || !strings.HasPrefix(c.Reason, "exited with code 3; last output: ") || !strings.Contains(c.Reason, "bind: Address in use") {
 		t.Fatalf("app %+v", c)
 	}
 	if st.StoppedReason != ReasonEssentialExited || st.StopCode != StopEssentialContainerExited {

@@ -652,7 +652,7 @@ func (t *task) exited(c *ctr, rc runtime.Container) {
 		c.reason = ReasonOOM
 	case rc.Error != "":
 		c.reason = rc.Error
-	case code != 0 && c.lastOutput != "":
+	case code != 0 && c.lastOutput != "" && !t.stopping:
 		// What a failing process printed last usually says why (a port
 		// already bound by another daemon); otherwise only "1" is known.
 		c.reason = fmt.Sprintf("exited with code %d; last output: %s", code, c.lastOutput)
@@ -746,6 +746,7 @@ func (t *task) onResult(ctx context.Context, r opResult) {
 				c.restartAt = time.Time{}
 			}
 			c.phase = phaseCreated // let observe record the start
+			c.lastOutput = r.output
 			t.observe(c, r.rc)
 			return
 		}
@@ -1220,7 +1221,11 @@ func (t *task) start(ctx context.Context, c *ctr) {
 		ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
 		defer cancel()
 		rc, ierr := e.rt.Inspect(ictx, id)
-		return opResult{err: err, rc: rc, inspected: ierr == nil, ierr: ierr}
+		var output string
+		if ierr == nil && failed(rc) { // already over: a fast crash
+			output = lastOutput(ictx, e.rt, id)
+		}
+		return opResult{err: err, rc: rc, inspected: ierr == nil, ierr: ierr, output: output}
 	})
 }
 
@@ -1256,13 +1261,15 @@ func (t *task) inspect(ctx context.Context, c *ctr) {
 }
 
 // failed reports a container that exited non-zero with no reason known
-// from the runtime (out of memory, a start error).
+// from the runtime (out of memory, a start error). Its last output is
+// wanted only when the engine did not stop it, which exited decides.
 func failed(rc runtime.Container) bool {
 	return (rc.State == runtime.StateExited || rc.State == runtime.StateDead) && rc.ExitCode != 0 && !rc.OOMKilled && rc.Error == ""
 }
 
-// lastOutput is the last line a container wrote, "" when its log cannot be
-// read (a log driver without reads, say).
+// lastOutput is the last lines a container wrote, joined; "" when its log
+// cannot be read (a log driver without reads, say). Several lines, since
+// stdout and stderr are not ordered against each other in the log.
 func lastOutput(ctx context.Context, rt runtime.Runtime, id string) string {
 	r, err := rt.Logs(ctx, id, 3)
 	if err != nil {
@@ -1270,12 +1277,18 @@ func lastOutput(ctx context.Context, rt runtime.Runtime, id string) string {
 	}
 	defer r.Close()
 	b, _ := io.ReadAll(io.LimitReader(r, 64<<10))
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	line := strings.ToValidUTF8(strings.TrimSpace(lines[len(lines)-1]), "?")
-	if len(line) > 200 {
-		line = strings.ToValidUTF8(line[:200], "") + "..."
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
 	}
-	return line
+	out := strings.ToValidUTF8(strings.Join(lines, " | "), "?")
+	if len(out) > 200 {
+		// The end says most about why it exited.
+		out = "..." + strings.ToValidUTF8(out[len(out)-200:], "")
+	}
+	return out
 }
 
 // views summarizes the containers for the status rules.
