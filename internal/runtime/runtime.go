@@ -203,7 +203,10 @@ type Container struct {
 	Ports []PortBinding
 	// IPAddress on the default bridge or the container's first network.
 	IPAddress string
-	Pid       int
+	// NetworkMode as the engine stores it: "container:<id>" names the
+	// container whose network namespace this one joined.
+	NetworkMode string
+	Pid         int
 }
 
 // Event actions the agent cares about.

@@ -124,6 +124,9 @@ func fromInspect(in container.InspectResponse) runtime.Container {
 		c.Image = in.Config.Image
 		c.Labels = in.Config.Labels
 	}
+	if in.HostConfig != nil {
+		c.NetworkMode = string(in.HostConfig.NetworkMode)
+	}
 	if st := in.State; st != nil {
 		c.State = string(st.Status)
 		c.ExitCode = st.ExitCode
