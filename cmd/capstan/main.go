@@ -24,6 +24,8 @@ func main() {
 		err = runServer(ctx, os.Args[2:])
 	case "agent":
 		err = runAgent(ctx, os.Args[2:])
+	case "pause":
+		err = runPause(ctx)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

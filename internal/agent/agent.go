@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/capstanhq/capstan/internal/agent/config"
+	"github.com/capstanhq/capstan/internal/agent/daemonnet"
 	"github.com/capstanhq/capstan/internal/agent/engine"
 	"github.com/capstanhq/capstan/internal/agent/images"
 	"github.com/capstanhq/capstan/internal/agent/metadata"
@@ -128,6 +130,10 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 		}
 	}
 	log.Info("registered", "instance", instanceArn, "cpu", capacity.CPU, "memory_mib", capacity.AvailableMemoryMiB())
+	dnet, dsetup, err := daemonNetwork(ctx, cfg, rt, instanceArn, log)
+	if err != nil {
+		return err
+	}
 
 	key, err := db.MetadataKey()
 	if err != nil {
@@ -148,7 +154,8 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 	eng, err := engine.New(engine.Config{Runtime: rt, Store: db, Cluster: cfg.Cluster, ContainerInstanceArn: instanceArn,
 		Resources: capacity, StopTimeout: cfg.ContainerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWait, DisablePrivileged: cfg.DisablePrivileged, Images: imgs, MetadataURI: md.URIFor,
-		VolumeDir: filepath.Join(cfg.DataDir, "volumes"), Log: log})
+		VolumeDir: filepath.Join(cfg.DataDir, "volumes"), DaemonNetworkMode: dsetup.DaemonNetworkMode,
+		BridgeNetwork: dsetup.BridgeNetwork, ExtraHosts: dsetup.ExtraHosts(), Log: log})
 	if err != nil {
 		return err
 	}
@@ -173,7 +180,7 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 	defer cancel()
 	defer mdListener.Close()
 	var wg sync.WaitGroup
-	errs := make(chan error, 5)
+	errs := make(chan error, 6)
 	run := func(name string, fn func() error) {
 		wg.Add(1)
 		go func() {
@@ -187,6 +194,9 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 	run("session", func() error { return sess.Run(rctx) })
 	run("images", func() error { return imgs.Run(rctx) })
 	run("metadata", func() error { return md.Serve(rctx, mdListener) })
+	if dnet != nil {
+		run("daemon networking", func() error { return dnet.Run(rctx) })
+	}
 	run("metrics", func() error {
 		go func() { <-rctx.Done(); metricsServer.Close() }()
 		if err := metricsServer.Serve(metricsListener); !errors.Is(err, http.ErrServerClosed) {
@@ -210,8 +220,30 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 	return runErr
 }
 
+// daemonNetwork sets up the instance network and the daemons' shared
+// namespace (package daemonnet). A runtime without networks (a fake) runs
+// daemon tasks in the host network and bridge tasks on the default bridge.
+func daemonNetwork(ctx context.Context, cfg config.Config, rt runtime.Runtime, instanceArn string, log *slog.Logger) (*daemonnet.Manager, daemonnet.Setup, error) {
+	drt, ok := rt.(daemonnet.Runtime)
+	if !ok {
+		log.Warn("daemon networking: the runtime has no networks; daemon tasks run in the host network")
+		return nil, daemonnet.Setup{}, nil
+	}
+	host, _ := netip.ParseAddr(cfg.BridgeIP) // zero without docker0
+	m, err := daemonnet.New(daemonnet.Config{Runtime: drt, InstanceArn: instanceArn, Cluster: cfg.Cluster,
+		Subnet: cfg.DaemonSubnet, Address: cfg.DaemonAddress, PauseBinary: cfg.PauseBinary, HostAddress: host, Log: log})
+	if err != nil {
+		return nil, daemonnet.Setup{}, err
+	}
+	s, err := m.Ensure(ctx)
+	if err != nil {
+		return nil, daemonnet.Setup{}, fmt.Errorf("daemon networking: %w", err)
+	}
+	return m, s, nil
+}
+
 // retire removes what a deregistered instance left: its containers (the
-// server has stopped their tasks) and its local records.
+// server has stopped their tasks), its network and its local records.
 func retire(ctx context.Context, rt runtime.Runtime, db *state.DB, instanceArn string, log *slog.Logger) error {
 	cs, err := rt.List(ctx, map[string]string{"com.capstan.instance": instanceArn})
 	if err != nil {
@@ -223,6 +255,11 @@ func retire(ctx context.Context, rt runtime.Runtime, db *state.DB, instanceArn s
 		}
 		if err := rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 			log.Warn("remove container of the old instance", "container", c.ID, "err", err)
+		}
+	}
+	if drt, ok := rt.(daemonnet.Runtime); ok {
+		if err := daemonnet.Remove(ctx, drt, instanceArn); err != nil {
+			log.Warn("remove the network of the old instance", "err", err)
 		}
 	}
 	tasks, err := db.Tasks()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -86,6 +87,15 @@ type Config struct {
 	// MetadataRPS and MetadataBurst throttle each container's requests.
 	MetadataRPS   int
 	MetadataBurst int
+
+	// DaemonSubnet and DaemonAddress place the instance's shared daemon
+	// namespace. Both zero: the first free of 169.254.172.0/24,
+	// 169.254.173.0/24, ... at its second address.
+	DaemonSubnet  netip.Prefix
+	DaemonAddress netip.Addr
+	// PauseBinary is the static capstan executable the namespace holder
+	// runs; "" means the agent's own.
+	PauseBinary string
 
 	// Ignored lists env-file keys the agent does not know (ECS_* settings
 	// with no Capstan meaning, typos) so the caller can warn about them.
@@ -185,6 +195,13 @@ func (c Config) String() string {
 	add("metadataAddr", c.MetadataAddr)
 	add("bridgeIp", c.BridgeIP)
 	add("metadataRpsLimit", fmt.Sprintf("%d,%d", c.MetadataRPS, c.MetadataBurst))
+	if c.DaemonSubnet.IsValid() {
+		add("daemonSubnet", c.DaemonSubnet)
+		add("daemonAddress", c.DaemonAddress)
+	} else {
+		add("daemonSubnet", "auto")
+	}
+	add("pauseBinary", c.PauseBinary)
 	return strings.TrimSuffix(b.String(), " ")
 }
 
@@ -313,6 +330,9 @@ const (
 	envInstanceMemory  = "CAPSTAN_INSTANCE_MEMORY"
 	envMetricsAddr     = "CAPSTAN_METRICS_ADDR"
 	envMetadataAddr    = "CAPSTAN_METADATA_ADDR"
+	envDaemonSubnet    = "CAPSTAN_DAEMON_SUBNET"
+	envDaemonAddress   = "CAPSTAN_DAEMON_ADDRESS"
+	envPauseBinary     = "CAPSTAN_PAUSE_BINARY"
 )
 
 // known are the variables the agent reads.
@@ -324,6 +344,7 @@ var known = map[string]bool{
 	envCleanupAge: true, envDeletePerCycle: true, envNoImageCleanup: true, envTaskCleanupWait: true,
 	envMetadataRPS: true, envAttributes: true, envAuthType: true, envAuthData: true,
 	envInstanceCPU: true, envInstanceMemory: true, envMetricsAddr: true, envMetadataAddr: true,
+	envDaemonSubnet: true, envDaemonAddress: true, envPauseBinary: true,
 }
 
 var flagOf = map[string]string{envEndpoint: "--endpoint", envCluster: "--cluster", envDataDir: "--data-dir"}
@@ -425,4 +446,13 @@ func (p *parser) fill(c *Config) {
 	}
 	c.MetadataAddr = p.addr(envMetadataAddr, defMetadata)
 	c.MetadataRPS, c.MetadataBurst = p.rpsLimit(envMetadataRPS, 40, 60)
+
+	c.DaemonSubnet, c.DaemonAddress = p.daemonNet(envDaemonSubnet, envDaemonAddress)
+	if v := p.str(envPauseBinary, ""); v != "" {
+		if abs, err := filepath.Abs(v); err != nil {
+			p.fail(envPauseBinary, "must be a file path")
+		} else {
+			c.PauseBinary = abs
+		}
+	}
 }

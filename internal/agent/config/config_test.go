@@ -133,6 +133,15 @@ func TestVariables(t *testing.T) {
 		{"metrics addr", map[string]string{"CAPSTAN_METRICS_ADDR": "0.0.0.0:9100"}, func(c Config) any { return c.MetricsAddr }, "0.0.0.0:9100"},
 		{"metadata addr", map[string]string{"CAPSTAN_METADATA_ADDR": "127.0.0.1:51679"}, func(c Config) any { return c.MetadataAddr }, "127.0.0.1:51679"},
 		{"metadata addr ipv6", map[string]string{"CAPSTAN_METADATA_ADDR": "[::1]:8000"}, func(c Config) any { return c.MetadataAddr }, "[::1]:8000"},
+		{"daemon subnet", map[string]string{"CAPSTAN_DAEMON_SUBNET": "169.254.173.0/24"},
+			func(c Config) any { return [2]string{c.DaemonSubnet.String(), c.DaemonAddress.String()} }, [2]string{"169.254.173.0/24", "169.254.173.2"}},
+		{"daemon subnet and address", map[string]string{"CAPSTAN_DAEMON_SUBNET": "10.99.0.0/16", "CAPSTAN_DAEMON_ADDRESS": "10.99.3.4"},
+			func(c Config) any { return [2]string{c.DaemonSubnet.String(), c.DaemonAddress.String()} }, [2]string{"10.99.0.0/16", "10.99.3.4"}},
+		{"daemon address alone", map[string]string{"CAPSTAN_DAEMON_ADDRESS": "169.254.172.9"},
+			func(c Config) any { return [2]string{c.DaemonSubnet.String(), c.DaemonAddress.String()} }, [2]string{"169.254.172.0/24", "169.254.172.9"}},
+		{"daemon smallest subnet", map[string]string{"CAPSTAN_DAEMON_SUBNET": "169.254.180.4/30"},
+			func(c Config) any { return c.DaemonAddress.String() }, "169.254.180.6"},
+		{"pause binary", map[string]string{"CAPSTAN_PAUSE_BINARY": "/opt/capstan/../bin/capstan"}, func(c Config) any { return c.PauseBinary }, "/opt/bin/capstan"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -197,6 +206,16 @@ func TestErrors(t *testing.T) {
 		{"instance memory", map[string]string{"CAPSTAN_INSTANCE_MEMORY": "4GiB"}, []string{"CAPSTAN_INSTANCE_MEMORY"}},
 		{"metrics addr", map[string]string{"CAPSTAN_METRICS_ADDR": "localhost"}, []string{`CAPSTAN_METRICS_ADDR="localhost": must be IP:PORT`}},
 		{"metadata addr port", map[string]string{"CAPSTAN_METADATA_ADDR": "0.0.0.0:99999"}, []string{"CAPSTAN_METADATA_ADDR"}},
+		{"daemon subnet syntax", map[string]string{"CAPSTAN_DAEMON_SUBNET": "169.254.173.0"}, []string{`CAPSTAN_DAEMON_SUBNET="169.254.173.0": must be an IPv4 subnet in CIDR form`}},
+		{"daemon subnet ipv6", map[string]string{"CAPSTAN_DAEMON_SUBNET": "fd00::/64"}, []string{"CAPSTAN_DAEMON_SUBNET", "must be an IPv4 subnet"}},
+		{"daemon subnet host bits", map[string]string{"CAPSTAN_DAEMON_SUBNET": "169.254.173.2/24"}, []string{"CAPSTAN_DAEMON_SUBNET", "must be a network address: 169.254.173.0/24"}},
+		{"daemon subnet too small", map[string]string{"CAPSTAN_DAEMON_SUBNET": "169.254.173.0/31"}, []string{"CAPSTAN_DAEMON_SUBNET", "/8 to /30"}},
+		{"daemon address syntax", map[string]string{"CAPSTAN_DAEMON_ADDRESS": "daemon"}, []string{`CAPSTAN_DAEMON_ADDRESS="daemon": must be an IPv4 address`}},
+		{"daemon address outside", map[string]string{"CAPSTAN_DAEMON_SUBNET": "169.254.173.0/24", "CAPSTAN_DAEMON_ADDRESS": "169.254.172.2"}, []string{"CAPSTAN_DAEMON_ADDRESS", "inside 169.254.173.0/24"}},
+		{"daemon address outside default", map[string]string{"CAPSTAN_DAEMON_ADDRESS": "169.254.173.2"}, []string{"CAPSTAN_DAEMON_ADDRESS", "inside 169.254.172.0/24", "set CAPSTAN_DAEMON_SUBNET"}},
+		{"daemon address network", map[string]string{"CAPSTAN_DAEMON_SUBNET": "169.254.173.0/24", "CAPSTAN_DAEMON_ADDRESS": "169.254.173.0"}, []string{"CAPSTAN_DAEMON_ADDRESS", "network address"}},
+		{"daemon address gateway", map[string]string{"CAPSTAN_DAEMON_SUBNET": "169.254.173.0/24", "CAPSTAN_DAEMON_ADDRESS": "169.254.173.1"}, []string{"CAPSTAN_DAEMON_ADDRESS", "gateway"}},
+		{"daemon address broadcast", map[string]string{"CAPSTAN_DAEMON_SUBNET": "169.254.173.0/24", "CAPSTAN_DAEMON_ADDRESS": "169.254.173.255"}, []string{"CAPSTAN_DAEMON_ADDRESS", "broadcast"}},
 		{"several at once", map[string]string{"ECS_LOGLEVEL": "x", "ECS_CONTAINER_STOP_TIMEOUT": "x"}, []string{"ECS_LOGLEVEL", "ECS_CONTAINER_STOP_TIMEOUT"}},
 	}
 	for _, tt := range tests {

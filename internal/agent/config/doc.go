@@ -40,6 +40,9 @@
 //	ECS_TASK_METADATA_RPS_LIMIT            40,60                       STEADY,BURST per container
 //	CAPSTAN_METRICS_ADDR                   127.0.0.1:0                 IP:PORT of /metrics
 //	CAPSTAN_METADATA_ADDR                  docker0 IP:51679, else 0.0.0.0:51679
+//	CAPSTAN_DAEMON_SUBNET                  first free 169.254.N.0/24   IPv4 network, /8 to /30
+//	CAPSTAN_DAEMON_ADDRESS                 2nd address of the subnet   in the subnet; not its first or last
+//	CAPSTAN_PAUSE_BINARY                   this executable             static capstan build, made absolute
 //
 // Durations use Go syntax ("90s", "1h30m"). Instance attribute names follow
 // ECS (1-128 letters, digits, - _ . / \) and may not start with "ecs.",
@@ -53,6 +56,13 @@
 // listen address when it is a specific IP (host-network containers reach
 // the docker0 address too), or, when listening on all addresses, the
 // docker0 gateway for bridge containers and 127.0.0.1 for host-network ones.
+//
+// The daemon subnet holds the instance's network: the host takes its first
+// address, the shared daemon namespace the daemon address. Unset, the agent
+// takes 169.254.172.0/24 (daemons at 169.254.172.2, as on ECS) or, when
+// another instance on the same Docker host has it, the next free /24 up
+// to 169.254.254.0/24. Set it to pin one; it must not overlap any Docker
+// network. An address alone is taken inside 169.254.172.0/24.
 // Secrets (the secret key, registry passwords) print as [redacted] through
 // fmt, slog and JSON; Reveal returns them.
 package config

@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/capstanhq/capstan/internal/agent/daemonnet"
 )
 
 // parser reads variables through lookup and collects every error, so the
@@ -332,4 +335,44 @@ func unquote(v string) (string, error) {
 		b.WriteByte(inner[i])
 	}
 	return b.String(), nil
+}
+
+// daemonNet reads the daemon subnet and address. An address alone lives in
+// the default subnet; a subnet alone gets its second address.
+func (p *parser) daemonNet(subnetVar, addrVar string) (netip.Prefix, netip.Addr) {
+	sv, _, hasSubnet := p.lookup(subnetVar)
+	av, _, hasAddr := p.lookup(addrVar)
+	if !hasSubnet && !hasAddr {
+		return netip.Prefix{}, netip.Addr{}
+	}
+	subnet := daemonnet.DefaultSubnet
+	if hasSubnet {
+		s, err := netip.ParsePrefix(strings.TrimSpace(sv))
+		if err != nil {
+			p.fail(subnetVar, "must be an IPv4 subnet in CIDR form, like 169.254.173.0/24")
+			return netip.Prefix{}, netip.Addr{}
+		}
+		if err := daemonnet.CheckSubnet(s); err != nil {
+			p.fail(subnetVar, err.Error())
+			return netip.Prefix{}, netip.Addr{}
+		}
+		subnet = s
+	}
+	if !hasAddr {
+		return subnet, daemonnet.DefaultAddress(subnet)
+	}
+	a, err := netip.ParseAddr(strings.TrimSpace(av))
+	if err != nil {
+		p.fail(addrVar, "must be an IPv4 address, like 169.254.173.2")
+		return netip.Prefix{}, netip.Addr{}
+	}
+	if err := daemonnet.CheckAddress(subnet, a); err != nil {
+		rule := err.Error()
+		if !hasSubnet {
+			rule += " (the default subnet; set " + subnetVar + " for another)"
+		}
+		p.fail(addrVar, rule)
+		return netip.Prefix{}, netip.Addr{}
+	}
+	return subnet, a
 }

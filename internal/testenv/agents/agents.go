@@ -10,11 +10,13 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/agent"
 	"github.com/capstanhq/capstan/internal/agent/config"
+	"github.com/capstanhq/capstan/internal/agent/daemonnet"
 	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/runtime"
 	"github.com/capstanhq/capstan/internal/testenv"
@@ -27,6 +29,9 @@ type Agent struct {
 	Env     map[string]string
 	cancel  context.CancelFunc
 	done    chan error
+
+	mu        sync.Mutex
+	instances []string // every instance it registered, for cleanup
 }
 
 // Credential mints an agent credential on the server.
@@ -101,7 +106,15 @@ func StartEnv(t testing.TB, env map[string]string, rt runtime.Runtime) *Agent {
 	a := &Agent{DataDir: cfg.DataDir, Env: env, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan agent.Endpoints, 1)
 	go func() {
-		a.done <- agent.Run(ctx, cfg, agent.Options{Runtime: rt, Log: log, Ready: func(e agent.Endpoints) { ready <- e }})
+		a.done <- agent.Run(ctx, cfg, agent.Options{Runtime: rt, Log: log, Ready: func(e agent.Endpoints) {
+			a.mu.Lock()
+			a.instances = append(a.instances, e.InstanceArn)
+			a.mu.Unlock()
+			select {
+			case ready <- e:
+			default: // registered anew later (after a deregistration)
+			}
+		}})
 	}()
 	select {
 	case a.Endpoints = <-ready:
@@ -111,6 +124,22 @@ func StartEnv(t testing.TB, env map[string]string, rt runtime.Runtime) *Agent {
 	case <-time.After(60 * time.Second):
 		cancel()
 		t.Fatal("agent not ready after 60s")
+	}
+	if drt, ok := rt.(daemonnet.Runtime); ok {
+		// Runs after Stop: an agent leaves its network and namespace
+		// holder behind by design, a test must not.
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			a.mu.Lock()
+			instances := a.instances
+			a.mu.Unlock()
+			for _, inst := range instances {
+				if err := daemonnet.Remove(ctx, drt, inst); err != nil {
+					t.Logf("cleanup: daemon networking of %s: %v", inst, err)
+				}
+			}
+		})
 	}
 	t.Cleanup(a.Stop)
 	// Ready means registered; tasks are placed only once the session is up.

@@ -1,0 +1,211 @@
+package daemonnet_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/agent/daemonnet"
+	"github.com/capstanhq/capstan/internal/agent/engine"
+	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/runtime"
+)
+
+// holder returns the instance's namespace holder once exactly one runs
+// that is not one of not.
+func (e *env) holder(not ...string) runtime.Container {
+	e.t.Helper()
+	var h runtime.Container
+	eventually(e.t, "one running namespace holder", func() (bool, string) {
+		cs, err := e.rt.List(e.t.Context(), map[string]string{engine.LabelInstance: e.instance, daemonnet.LabelRole: daemonnet.RoleNamespace})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(cs) != 1 || cs[0].State != runtime.StateRunning {
+			return false, strconv.Itoa(len(cs)) + " holders"
+		}
+		for _, id := range not {
+			if cs[0].ID == id {
+				return false, "still the old holder"
+			}
+		}
+		h = cs[0]
+		return true, ""
+	})
+	return h
+}
+
+// hostGet fetches http://addr:port/ from the test process, on the host.
+func hostGet(addr, port string) (bool, string) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + net.JoinHostPort(addr, port) + "/")
+	if err != nil {
+		return false, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode == http.StatusOK, string(b)
+}
+
+func containsBody(ok bool, out, body string) (bool, string) {
+	return ok && strings.Contains(out, body), out
+}
+
+// TestDaemonsShareOneAddress: daemon tasks share the holder's namespace and
+// its static address; each reaches the others on loopback, and application
+// tasks (bridge and host mode) and the host reach them as "daemon".
+func TestDaemonsShareOneAddress(t *testing.T) {
+	e := newEnv(t)
+	addr := e.setup.Address.String()
+	h := e.holder()
+	if h.IPAddress != addr || e.setup.DaemonNetworkMode != "container:"+h.Name || e.setup.BridgeNetwork == "" {
+		t.Fatalf("setup %+v, holder %+v", e.setup, h)
+	}
+
+	statsd := daemonTask(e.ctr("statsd", "nc", "-ll", "-p", "8125", "-e", "cat"))
+	web := daemonTask(e.httpd("web", "8080", "hello-from-daemon"))
+	e.run(statsd, web)
+	cs := e.container(e.waitStatus(statsd.Arn, engine.StatusRunning), "statsd")
+	cw := e.container(e.waitStatus(web.Arn, engine.StatusRunning), "web")
+	for _, c := range []runtime.Container{cs, cw} {
+		if c.NetworkMode != "container:"+h.ID {
+			t.Fatalf("%s runs in %q, not the holder's namespace", c.Name, c.NetworkMode)
+		}
+	}
+	eventually(t, "web reaches statsd on 127.0.0.1:8125", func() (bool, string) {
+		ok, out := e.exec(cw.ID, "sh", "-c", "echo ping | nc -w 2 127.0.0.1 8125")
+		return ok && strings.Contains(out, "ping"), out
+	})
+	eventually(t, "statsd reaches web on 127.0.0.1:8080", func() (bool, string) {
+		ok, out := e.httpGet(cs.ID, "127.0.0.1", "8080")
+		return containsBody(ok, out, "hello-from-daemon")
+	})
+	eventually(t, "statsd reaches web as daemon:8080", func() (bool, string) {
+		ok, out := e.httpGet(cs.ID, "daemon", "8080")
+		return containsBody(ok, out, "hello-from-daemon")
+	})
+	eventually(t, "the host reaches the daemon address", func() (bool, string) {
+		ok, out := hostGet(addr, "8080")
+		return containsBody(ok, out, "hello-from-daemon")
+	})
+
+	// Applications: a bridge task on the instance network, with a
+	// published port, and a host-network task.
+	site := e.httpd("site", "80", "hello-from-app")
+	site.PortMappings = []shapes.PortMapping{{ContainerPort: new(int32(80)), Protocol: "tcp"}}
+	app := task(protocol.KindStandalone, "bridge", site)
+	hostApp := task(protocol.KindStandalone, "host", e.ctr("tool", "sleep", "3600"))
+	e.run(app, hostApp)
+	sa := e.waitStatus(app.Arn, engine.StatusRunning)
+	ca := e.container(sa, "site")
+	ch := e.container(e.waitStatus(hostApp.Arn, engine.StatusRunning), "tool")
+	if ca.NetworkMode != e.setup.BridgeNetwork || ch.NetworkMode != "host" {
+		t.Fatalf("app network modes %q and %q", ca.NetworkMode, ch.NetworkMode)
+	}
+	for _, c := range []runtime.Container{ca, ch} {
+		eventually(t, c.Name+" reaches daemon:8080", func() (bool, string) {
+			ok, out := e.httpGet(c.ID, "daemon", "8080")
+			return containsBody(ok, out, "hello-from-daemon")
+		})
+	}
+	eventually(t, "a bridge app reaches statsd at daemon:8125", func() (bool, string) {
+		ok, out := e.exec(ca.ID, "sh", "-c", "echo pong | nc -w 2 daemon 8125")
+		return ok && strings.Contains(out, "pong"), out
+	})
+	var hostPort int32
+	for _, c := range sa.Containers {
+		for _, b := range c.NetworkBindings {
+			if b.HostPort != nil && *b.ContainerPort == 80 {
+				hostPort = *b.HostPort
+			}
+		}
+	}
+	if hostPort == 0 {
+		t.Fatalf("no published port: %+v", sa.Containers)
+	}
+	eventually(t, "the published port answers", func() (bool, string) {
+		ok, out := hostGet("127.0.0.1", strconv.Itoa(int(hostPort)))
+		return containsBody(ok, out, "hello-from-app")
+	})
+}
+
+// TestHolderReplaced: a holder removed behind the agent's back comes back
+// on the same address; the daemon left in the old namespace (no network
+// any more) is stopped so that its task is replaced, and a new daemon
+// joins the new holder.
+func TestHolderReplaced(t *testing.T) {
+	e := newEnv(t)
+	addr := e.setup.Address.String()
+	old := e.holder()
+	first := daemonTask(e.httpd("web", "8080", "first"))
+	e.run(first)
+	e.waitStatus(first.Arn, engine.StatusRunning)
+	eventually(t, "the first daemon answers", func() (bool, string) {
+		ok, out := hostGet(addr, "8080")
+		return containsBody(ok, out, "first")
+	})
+
+	if err := e.rt.Remove(t.Context(), old.ID); err != nil {
+		t.Fatal(err)
+	}
+	h := e.holder(old.ID)
+	if h.IPAddress != addr || h.Name != old.Name {
+		t.Fatalf("new holder %+v, want %s at %s", h, old.Name, addr)
+	}
+	e.waitStatus(first.Arn, engine.StatusStopped)
+
+	second := daemonTask(e.httpd("web", "8080", "second"))
+	e.run(second)
+	c := e.container(e.waitStatus(second.Arn, engine.StatusRunning), "web")
+	if c.NetworkMode != "container:"+h.ID {
+		t.Fatalf("the new daemon runs in %q, not the new holder's namespace", c.NetworkMode)
+	}
+	eventually(t, "the new daemon answers on the same address", func() (bool, string) {
+		ok, out := hostGet(addr, "8080")
+		return containsBody(ok, out, "second")
+	})
+
+	// A holder that only stopped is replaced too.
+	if err := e.rt.Stop(t.Context(), h.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if h2 := e.holder(h.ID); h2.IPAddress != addr {
+		t.Fatalf("holder after a stop %+v", h2)
+	}
+}
+
+// TestSamePortTwice: daemons share one namespace, so a second daemon on a
+// port already taken cannot bind it; its task stops, and the container's
+// reason says why, while the first goes on.
+func TestSamePortTwice(t *testing.T) {
+	e := newEnv(t)
+	first := daemonTask(e.ctr("statsd", "nc", "-ll", "-p", "8125", "-e", "cat"))
+	e.run(first)
+	c := e.container(e.waitStatus(first.Arn, engine.StatusRunning), "statsd")
+	eventually(t, "the first daemon listens", func() (bool, string) {
+		ok, out := e.exec(c.ID, "sh", "-c", "echo x | nc -w 2 127.0.0.1 8125")
+		return ok && strings.Contains(out, "x"), out
+	})
+
+	second := daemonTask(e.ctr("statsd", "nc", "-ll", "-p", "8125", "-e", "cat"))
+	e.run(second)
+	st := e.waitStatus(second.Arn, engine.StatusStopped)
+	var cs protocol.ContainerState
+	for _, x := range st.Containers {
+		cs = x
+	}
+	if st.StopCode != engine.StopEssentialContainerExited || cs.ExitCode == nil || *cs.ExitCode == 0 ||
+		!strings.Contains(cs.Reason, "Address already in use") {
+		t.Fatalf("second daemon stopped with %q / %q, container %+v", st.StopCode, st.StoppedReason, cs)
+	}
+	t.Logf("container reason: %s", cs.Reason)
+	if rc, err := e.rt.Inspect(context.Background(), c.ID); err != nil || rc.State != runtime.StateRunning {
+		t.Fatalf("the first daemon: %+v, %v", rc, err)
+	}
+}
