@@ -24,6 +24,8 @@ func main() {
 		err = runServer(ctx, os.Args[2:])
 	case "agent":
 		err = runAgent(ctx, os.Args[2:])
+	case "dev":
+		err = runDev(ctx, os.Args[2:])
 	case "pause":
 		err = runPause(ctx)
 	case "-h", "--help", "help":
@@ -43,6 +45,8 @@ const usage = `capstan: managed daemons on your own container fleet, through the
 Usage:
   capstan server [flags]        run the control plane (ECS API on etcd)
   capstan agent [flags]         run the instance agent (tasks on Docker)
+  capstan dev [flags]           run everything on this machine, with a sample
+                                daemon and service (from the source tree)
   capstan <noun> <verb> [flags] manage resources (cluster, capacity-provider,
                                 task-definition, daemon-task-definition, daemon,
                                 agent-credential)
