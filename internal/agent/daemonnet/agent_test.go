@@ -46,6 +46,30 @@ func TestTwoInstancesOneHost(t *testing.T) {
 		t.Fatalf("a taken subnet: %v", err)
 	}
 
+	// A configured subnet held only by the network of an instance that has
+	// nothing left on the host is taken over.
+	gone := "arn:aws:ecs:us-east-1:123456789012:container-instance/test/" + randomID()
+	mg, err := daemonnet.New(daemonnet.Config{Runtime: rt, InstanceArn: gone, PauseBinary: testenv.CapstanBinary(t), Log: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sg, err := mg.Ensure(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { daemonnet.Remove(context.Background(), rt, gone) })
+	testenv.RemoveLabeled(t, rt, map[string]string{engine.LabelInstance: gone}) // its holder too
+	heir := "arn:aws:ecs:us-east-1:123456789012:container-instance/test/" + randomID()
+	t.Cleanup(func() { daemonnet.Remove(context.Background(), rt, heir) })
+	mh, err := daemonnet.New(daemonnet.Config{Runtime: rt, InstanceArn: heir, Subnet: netip.PrefixFrom(sg.Address, 24).Masked(),
+		PauseBinary: testenv.CapstanBinary(t), Log: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh, err := mh.Ensure(t.Context()); err != nil || sh.Address != sg.Address {
+		t.Fatalf("taking over an abandoned subnet: %+v, %v", sh, err)
+	}
+
 	before := a.holder()
 	again, err := daemonnet.New(daemonnet.Config{Runtime: rt, InstanceArn: a.instance, PauseBinary: testenv.CapstanBinary(t), Log: testLog()})
 	if err != nil {

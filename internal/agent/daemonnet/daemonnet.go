@@ -278,6 +278,9 @@ func (m *Manager) ensureNetwork(ctx context.Context) (runtime.Network, error) {
 	for _, s := range tries {
 		spec := runtime.NetworkSpec{Name: m.network, Subnet: s, Gateway: Gateway(s), Labels: m.labels(RoleNetwork)}
 		id, err := m.rt.CreateNetwork(ctx, spec)
+		if errors.Is(err, runtime.ErrAddressInUse) && m.explicit && m.reclaim(ctx, s) {
+			id, err = m.rt.CreateNetwork(ctx, spec)
+		}
 		if errors.Is(err, runtime.ErrAddressInUse) && !m.explicit {
 			continue // another instance on this host has it
 		}
@@ -294,6 +297,36 @@ func (m *Manager) ensureNetwork(ctx context.Context) (runtime.Network, error) {
 		return runtime.Network{ID: id, Name: m.network, Subnet: s, Gateway: spec.Gateway, Labels: spec.Labels}, nil
 	}
 	return runtime.Network{}, fmt.Errorf("%w: 169.254.172.0/24 to 169.254.254.0/24 are all in use; set CAPSTAN_DAEMON_SUBNET", errNoSubnet)
+}
+
+// reclaim removes instance networks on subnet that nothing uses any more:
+// no container is attached and none of their instance exists (an agent
+// killed and its containers removed, a data directory wiped). Only for a
+// configured subnet: the operator has said it is this instance's, and
+// picking a free one is the gentler answer otherwise.
+func (m *Manager) reclaim(ctx context.Context, subnet netip.Prefix) bool {
+	nets, err := m.rt.Networks(ctx, map[string]string{LabelRole: RoleNetwork})
+	if err != nil {
+		return false
+	}
+	removed := false
+	for _, n := range nets {
+		inst := n.Labels[engine.LabelInstance]
+		if !n.Subnet.Overlaps(subnet) || inst == m.cfg.InstanceArn || len(n.Containers) > 0 {
+			continue
+		}
+		if cs, err := m.rt.List(ctx, map[string]string{engine.LabelInstance: inst}); err != nil || len(cs) > 0 {
+			continue
+		}
+		if err := m.rt.RemoveNetwork(ctx, n.ID); err != nil {
+			m.log.Warn("daemon networking: cannot remove an abandoned instance network", "network", n.Name, "err", err)
+			continue
+		}
+		m.log.Warn("daemon networking: removed the network of an instance with nothing left on this host, to take its subnet",
+			"network", n.Name, "instance", inst, "subnet", n.Subnet)
+		removed = true
+	}
+	return removed
 }
 
 // ensureHolder keeps one running holder at addr on n: it adopts a running

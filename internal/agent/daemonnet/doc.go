@@ -33,7 +33,11 @@
 //     169.254.254.0/24 that Docker does not refuse as overlapping, so the
 //     only instance on a host gets ECS's 169.254.172.2 and several local
 //     instances each get their own without configuration. A configured
-//     subnet is used or the agent stops with an error naming the variable.
+//     subnet is used or the agent stops with an error naming the variable;
+//     a network of another instance in the way is removed first if that
+//     instance has nothing left on the host (no container attached, none
+//     labelled for it), as after an agent was killed and its containers
+//     cleaned up.
 //   - Idempotent: the network and the holder are found by their labels
 //     after a restart and adopted; an agent that stops leaves both (and its
 //     daemons) running. Only retiring a deregistered instance removes them
