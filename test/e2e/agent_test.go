@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
+	"github.com/capstanhq/capstan/internal/agent/daemonnet"
+	"github.com/capstanhq/capstan/internal/agent/state"
 	"github.com/capstanhq/capstan/internal/runtime"
 	"github.com/capstanhq/capstan/internal/testenv"
 	"github.com/capstanhq/capstan/internal/testenv/agents"
@@ -314,8 +317,33 @@ func startAgentProcess(t *testing.T, env map[string]string) *agentProcess {
 		t.Fatal(err)
 	}
 	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() { p.kill9() })
+	t.Cleanup(func() {
+		p.kill9()
+		removeInstanceOf(t, env["ECS_DATADIR"])
+	})
 	return p
+}
+
+// removeInstanceOf removes the containers and daemon network of the
+// instance whose agent kept its state in dataDir.
+func removeInstanceOf(t *testing.T, dataDir string) {
+	db, err := state.Open(filepath.Join(dataDir, state.FileName))
+	if err != nil {
+		return
+	}
+	arn, _ := db.InstanceARN()
+	db.Close()
+	if arn == "" {
+		return
+	}
+	rt := testenv.RequireDocker(t)
+	ctx := context.Background()
+	if cs, err := rt.List(ctx, map[string]string{"com.capstan.instance": arn}); err == nil {
+		for _, c := range cs {
+			rt.Remove(ctx, c.ID)
+		}
+	}
+	daemonnet.Remove(ctx, rt, arn)
 }
 
 func (p *agentProcess) kill9() {

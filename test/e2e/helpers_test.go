@@ -35,19 +35,3 @@ func runAWS(t *testing.T, env []string, args ...string) (stdout, stderr string, 
 	err = cmd.Run()
 	return out.String(), errb.String(), err
 }
-
-// killPid kills a process by its decimal pid (test cleanup).
-func killPid(s string) {
-	var pid int
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			break
-		}
-		pid = pid*10 + int(c-'0')
-	}
-	if pid > 1 {
-		if p, err := os.FindProcess(pid); err == nil {
-			p.Kill()
-		}
-	}
-}

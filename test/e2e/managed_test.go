@@ -2,7 +2,7 @@ package e2e
 
 import (
 	"context"
-	"os"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
+	"github.com/capstanhq/capstan/internal/provision/local"
 	"github.com/capstanhq/capstan/internal/server"
 	"github.com/capstanhq/capstan/internal/testenv"
 )
@@ -29,12 +30,17 @@ func newManagedFleet(t *testing.T) *fleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// Instances are processes of this test: terminate what is left.
-		dir := filepath.Join(srv.Config.DataDir, "instances")
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if b, err := os.ReadFile(filepath.Join(dir, e.Name(), "pid")); err == nil {
-				killPid(string(b))
+		// Instances are processes of this test: terminate what is left,
+		// with their containers and daemon networks.
+		srv.Stop()
+		p, err := local.New(bin, filepath.Join(srv.Config.DataDir, "instances"), rt, slog.New(slog.DiscardHandler))
+		if err != nil {
+			return
+		}
+		handles, _ := p.Handles()
+		for _, h := range handles {
+			if err := p.Terminate(context.Background(), h); err != nil {
+				t.Logf("cleanup: terminate %s: %v", h, err)
 			}
 		}
 	})
@@ -45,7 +51,7 @@ func (f *fleet) managedCapacityProvider(name string, scaleInAfter int32) string 
 	f.t.Helper()
 	out, err := f.c.CreateCapacityProvider(context.Background(), &ecs.CreateCapacityProviderInput{Name: aws.String(name), Cluster: aws.String(f.cluster),
 		ManagedInstancesProvider: &types.CreateManagedInstancesProviderConfiguration{
-			InfrastructureRoleArn: aws.String("arn:aws:iam::123456789012:role/capstan"),
+			InfrastructureRoleArn:      aws.String("arn:aws:iam::123456789012:role/capstan"),
 			InfrastructureOptimization: &types.InfrastructureOptimization{ScaleInAfter: aws.Int32(scaleInAfter)},
 			InstanceLaunchTemplate: &types.InstanceLaunchTemplate{Ec2InstanceProfileArn: aws.String("arn:aws:iam::123456789012:instance-profile/capstan"),
 				NetworkConfiguration: &types.ManagedInstancesNetworkConfiguration{Subnets: []string{"local"}},
@@ -93,6 +99,80 @@ func TestManagedInstanceLifecycle(t *testing.T) {
 	eventually(t, 90*time.Second, "idle instance scaled in", func() bool { return aws.ToString(f.instance(inst).Status) == "INACTIVE" })
 	eventually(t, 60*time.Second, "terminated instance leaves no containers", func() bool {
 		cs, err := f.rt.List(ctx, map[string]string{"com.capstan.instance": inst})
+		return err == nil && len(cs) == 0
+	})
+}
+
+// TestAutoRepairReplacesInstance kills a critical daemon's container: the
+// instance is drained in the same write that records the daemon stopped,
+// a replacement is provisioned with the daemon first, the service's task
+// moves there, and the old instance is terminated.
+func TestAutoRepairReplacesInstance(t *testing.T) {
+	ctx := context.Background()
+	f := newManagedFleet(t)
+	cp := f.managedCapacityProvider("repair", 600)
+	f.daemon("guard", cp, true, "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done")
+	td := f.register("web", f.container("web", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"))
+	if _, err := f.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(f.cluster), ServiceName: aws.String("web"),
+		TaskDefinition: aws.String(td), DesiredCount: aws.Int32(1),
+		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("repair")}}}); err != nil {
+		t.Fatal(err)
+	}
+	serviceTask := func() (types.Task, bool) {
+		list, err := f.c.ListTasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(f.cluster), ServiceName: aws.String("web")})
+		if err != nil || len(list.TaskArns) == 0 {
+			return types.Task{}, false
+		}
+		for _, arn := range list.TaskArns {
+			if tk := f.task(arn); aws.ToString(tk.LastStatus) == "RUNNING" {
+				return tk, true
+			}
+		}
+		return types.Task{}, false
+	}
+	var first types.Task
+	eventually(t, 120*time.Second, "service task RUNNING", func() bool { var ok bool; first, ok = serviceTask(); return ok })
+	old := aws.ToString(first.ContainerInstanceArn)
+	guards := f.daemonTasks("guard", "RUNNING")
+	if len(guards) != 1 {
+		t.Fatalf("guard tasks: %+v", guards)
+	}
+	cs := f.containers(aws.ToString(guards[0].TaskArn))
+	if len(cs) != 1 {
+		t.Fatalf("guard containers: %+v", cs)
+	}
+	if err := f.rt.Stop(ctx, cs[0].ID, 0); err != nil { // the daemon dies
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "instance drained by auto-repair", func() bool {
+		s := aws.ToString(f.instance(old).Status)
+		return s == "DRAINING" || s == "INACTIVE"
+	})
+	var moved types.Task
+	eventually(t, 180*time.Second, "service task running on a replacement", func() bool {
+		tk, ok := serviceTask()
+		moved = tk
+		return ok && aws.ToString(tk.ContainerInstanceArn) != old
+	})
+	fresh := aws.ToString(moved.ContainerInstanceArn)
+	if s := aws.ToString(f.instance(fresh).Status); s != "ACTIVE" {
+		t.Fatalf("replacement instance is %s", s)
+	}
+	guards = f.daemonTasks("guard", "RUNNING")
+	var onFresh bool
+	for _, g := range guards {
+		if aws.ToString(g.ContainerInstanceArn) == fresh && g.StartedAt.Before(*moved.StartedAt) {
+			onFresh = true
+		}
+	}
+	if !onFresh {
+		t.Fatalf("no guard started before the moved task on %s: %+v", fresh, guards)
+	}
+	eventually(t, 120*time.Second, "old instance terminated", func() bool {
+		if aws.ToString(f.instance(old).Status) != "INACTIVE" {
+			return false
+		}
+		cs, err := f.rt.List(ctx, map[string]string{"com.capstan.instance": old})
 		return err == nil && len(cs) == 0
 	})
 }

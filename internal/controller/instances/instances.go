@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -283,9 +282,6 @@ func (r *Reconciler) launch(ctx context.Context, cluster, cp string, t store.Tas
 		// Managed instances refuse privileged application tasks; daemons may
 		// still be privileged.
 		"ECS_DISABLE_PRIVILEGED": "true",
-		// Instances sharing a host each get their own daemon address.
-		"CAPSTAN_DAEMON_SUBNET":  "169.254." + strconv.Itoa(172+slot) + ".0/24",
-		"CAPSTAN_DAEMON_ADDRESS": "169.254." + strconv.Itoa(172+slot) + ".2",
 	}
 	for k, v := range r.AgentEnv {
 		env[k] = v

@@ -339,10 +339,18 @@ func spec(svc store.Service) Spec {
 	return sp
 }
 
+// waitingForCapacity stands for the instance of a task that waits for a
+// managed instance to be provisioned: it is pending, not orphaned.
+const waitingForCapacity = "PROVISIONING"
+
 func planTask(t store.Task, instances map[string]string) Task {
+	inst := instances[t.InstanceID]
+	if t.InstanceID == "" && t.CapacityProviderName != "" {
+		inst = waitingForCapacity
+	}
 	return Task{
 		ID: t.ID, Deployment: t.StartedBy, LastStatus: t.LastStatus, Desired: t.DesiredStatus, Health: t.HealthStatus,
-		Instance: instances[t.InstanceID], StopCode: t.StopCode,
+		Instance: inst, StopCode: t.StopCode,
 		CreatedAt: t.CreatedAt.Time, StartedAt: t.StartedAt.Time, StoppedAt: t.StoppedAt.Time,
 	}
 }

@@ -18,9 +18,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/agent/daemonnet"
 	"github.com/capstanhq/capstan/internal/agent/state"
 	"github.com/capstanhq/capstan/internal/provision"
 	"github.com/capstanhq/capstan/internal/runtime"
+	"github.com/capstanhq/capstan/internal/runtime/docker"
 )
 
 // Provisioner starts agents as child processes.
@@ -29,7 +31,7 @@ type Provisioner struct {
 	Binary string
 	// Dir holds one directory per instance.
 	Dir     string
-	Runtime runtime.Runtime
+	Runtime *docker.Runtime
 	Log     *slog.Logger
 
 	mu    sync.Mutex
@@ -37,7 +39,7 @@ type Provisioner struct {
 }
 
 // New returns a provisioner; binary "" means this executable.
-func New(binary, dir string, rt runtime.Runtime, log *slog.Logger) (*Provisioner, error) {
+func New(binary, dir string, rt *docker.Runtime, log *slog.Logger) (*Provisioner, error) {
 	if binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -192,7 +194,8 @@ func (p *Provisioner) removeContainers(ctx context.Context, dir string) error {
 			return fmt.Errorf("remove container %s: %w", c.ID, err)
 		}
 	}
-	return nil
+	// The instance's daemon network goes with it, freeing its subnet.
+	return daemonnet.Remove(ctx, p.Runtime, arn)
 }
 
 // Handles lists the instances that have a directory (for cleanup).

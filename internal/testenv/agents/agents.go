@@ -135,6 +135,12 @@ func StartEnv(t testing.TB, env map[string]string, rt runtime.Runtime) *Agent {
 			instances := a.instances
 			a.mu.Unlock()
 			for _, inst := range instances {
+				// Task containers too: a test's tasks must not outlive it.
+				if cs, err := rt.List(ctx, map[string]string{"com.capstan.instance": inst}); err == nil {
+					for _, c := range cs {
+						rt.Remove(ctx, c.ID)
+					}
+				}
 				if err := daemonnet.Remove(ctx, drt, inst); err != nil {
 					t.Logf("cleanup: daemon networking of %s: %v", inst, err)
 				}
