@@ -21,6 +21,8 @@ import (
 // implementation has.
 type Runtime interface {
 	Image(ctx context.Context, ref string) (runtime.Image, error)
+	Images(ctx context.Context) ([]runtime.Image, error)
+	RemoveImage(ctx context.Context, id string) error
 	ImportImage(ctx context.Context, rootfs io.Reader, ref string, changes []string) error
 	CreateWithAddress(ctx context.Context, spec runtime.ContainerSpec, addr netip.Addr) (string, error)
 	Start(ctx context.Context, id string) error
@@ -223,6 +225,7 @@ func (m *Manager) Ensure(ctx context.Context) (Setup, error) {
 	}
 	s := Setup{BridgeNetwork: n.Name, DaemonNetworkMode: "container:" + m.holder, Address: addr}
 	m.set(s, ref, true)
+	m.prunePauseImages(ctx, ref)
 	m.log.Info("daemon networking ready", "network", n.Name, "subnet", n.Subnet, "daemon", addr, "holder", m.holder)
 	return s, nil
 }
@@ -297,6 +300,35 @@ func (m *Manager) ensureNetwork(ctx context.Context) (runtime.Network, error) {
 		return runtime.Network{ID: id, Name: m.network, Subnet: s, Gateway: spec.Gateway, Labels: spec.Labels}, nil
 	}
 	return runtime.Network{}, fmt.Errorf("%w: 169.254.172.0/24 to 169.254.254.0/24 are all in use; set CAPSTAN_DAEMON_SUBNET", errNoSubnet)
+}
+
+// pauseImageMinAge spares pause images another agent on the host may have
+// imported a moment ago and not yet put a holder on.
+const pauseImageMinAge = time.Hour
+
+// prunePauseImages removes pause images of other executables (earlier
+// versions of the agent) that no container uses, so upgrades do not pile
+// up tens of megabytes each. The engine refuses to remove one in use.
+func (m *Manager) prunePauseImages(ctx context.Context, keep string) {
+	imgs, err := m.rt.Images(ctx)
+	if err != nil {
+		return
+	}
+	for _, img := range imgs {
+		if len(img.RepoTags) == 0 || time.Since(img.Created) < pauseImageMinAge {
+			continue
+		}
+		ours := true
+		for _, tag := range img.RepoTags {
+			ours = ours && strings.HasPrefix(tag, PauseRepo+":") && tag != keep
+		}
+		if !ours {
+			continue
+		}
+		if err := m.rt.RemoveImage(ctx, img.ID); err == nil {
+			m.log.Info("daemon networking: removed an unused pause image", "image", img.RepoTags)
+		}
+	}
 }
 
 // reclaim removes instance networks on subnet that nothing uses any more:

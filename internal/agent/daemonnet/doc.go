@@ -15,7 +15,9 @@
 //     `capstan pause` from an image capstan/pause:<hash of the executable>
 //     imported from a one-file tar of the agent's own (static) executable,
 //     so no registry is needed. It runs as nobody, with no capabilities and
-//     a read-only root.
+//     a read-only root. Pause images of other executables (earlier agent
+//     versions) that no container uses and that are over an hour old are
+//     removed.
 //
 // The engine then runs daemon tasks in "container:<holder name>" (Docker
 // resolves the name when each container is created, so new daemons join

@@ -1,11 +1,16 @@
 package daemonnet
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/runtime"
 )
 
 func TestCheckAddress(t *testing.T) {
@@ -81,5 +86,44 @@ func TestCheckPauseBinary(t *testing.T) {
 	}
 	if err := CheckPauseBinary(self); err == nil {
 		t.Error("the test binary passed as a pause binary")
+	}
+}
+
+// imagesOnly is a Runtime that has only images.
+type imagesOnly struct {
+	Runtime
+	imgs    []runtime.Image
+	inUse   map[string]bool
+	removed []string
+}
+
+func (f *imagesOnly) Images(context.Context) ([]runtime.Image, error) { return f.imgs, nil }
+
+func (f *imagesOnly) RemoveImage(_ context.Context, id string) error {
+	if f.inUse[id] {
+		return errors.New("in use")
+	}
+	f.removed = append(f.removed, id)
+	return nil
+}
+
+func TestPrunePauseImages(t *testing.T) {
+	old, fresh := time.Now().Add(-2*time.Hour), time.Now().Add(-time.Minute)
+	f := &imagesOnly{inUse: map[string]bool{"used": true}, imgs: []runtime.Image{
+		{ID: "current", RepoTags: []string{"capstan/pause:aaa"}, Created: old},
+		{ID: "stale", RepoTags: []string{"capstan/pause:bbb"}, Created: old},
+		{ID: "used", RepoTags: []string{"capstan/pause:ccc"}, Created: old},
+		{ID: "young", RepoTags: []string{"capstan/pause:ddd"}, Created: fresh}, // another agent's, just imported
+		{ID: "shared", RepoTags: []string{"capstan/pause:eee", "mine:latest"}, Created: old},
+		{ID: "other", RepoTags: []string{"busybox:latest"}, Created: old},
+		{ID: "untagged", Created: old},
+	}}
+	m, err := New(Config{Runtime: f, InstanceArn: "arn:aws:ecs:us-east-1:1:container-instance/c/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.prunePauseImages(t.Context(), "capstan/pause:aaa")
+	if !slices.Equal(f.removed, []string{"stale"}) {
+		t.Errorf("removed %v, want only the stale pause image", f.removed)
 	}
 }
