@@ -218,3 +218,9 @@ func (s *Service) PlaceWaiting(ctx context.Context, t store.Task) (placed bool, 
 	})
 	return placed, err
 }
+
+// Connected reports whether an instance's agent has a session.
+func (s *Service) Connected(ctx context.Context, cluster, id string) bool {
+	_, err := store.Get[store.Session](ctx, s.st, store.SessionKey(cluster, id))
+	return err == nil
+}

@@ -2,8 +2,13 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -175,4 +180,116 @@ func TestAutoRepairReplacesInstance(t *testing.T) {
 		cs, err := f.rt.List(ctx, map[string]string{"com.capstan.instance": old})
 		return err == nil && len(cs) == 0
 	})
+}
+
+// TestLostInstanceIsReplaced kills a managed instance's agent: the instance
+// is detected lost, its tasks are recorded stopped, it is terminated, and
+// the service's task comes back on a new instance.
+func TestLostInstanceIsReplaced(t *testing.T) {
+	ctx := context.Background()
+	f := newManagedFleet(t)
+	f.managedCapacityProvider("lossy", 600)
+	td := f.register("web", f.container("web", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"))
+	if _, err := f.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(f.cluster), ServiceName: aws.String("web"),
+		TaskDefinition: aws.String(td), DesiredCount: aws.Int32(1),
+		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("lossy")}}}); err != nil {
+		t.Fatal(err)
+	}
+	running := func() (types.Task, bool) {
+		list, err := f.c.ListTasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(f.cluster), ServiceName: aws.String("web")})
+		if err != nil {
+			return types.Task{}, false
+		}
+		for _, arn := range list.TaskArns {
+			if tk := f.task(arn); aws.ToString(tk.LastStatus) == "RUNNING" {
+				return tk, true
+			}
+		}
+		return types.Task{}, false
+	}
+	var first types.Task
+	eventually(t, 120*time.Second, "service task RUNNING", func() bool { var ok bool; first, ok = running(); return ok })
+	old := aws.ToString(first.ContainerInstanceArn)
+	// The machine dies: its agent is killed with SIGKILL.
+	dir := filepath.Join(f.srv.Config.DataDir, "instances")
+	entries, _ := os.ReadDir(dir)
+	killed := 0
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "pid"))
+		if err != nil {
+			continue
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if pid > 1 && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("killed %d agents", killed)
+	}
+	eventually(t, 60*time.Second, "lost instance deregistered", func() bool { return aws.ToString(f.instance(old).Status) == "INACTIVE" })
+	if s := aws.ToString(f.task(aws.ToString(first.TaskArn)).LastStatus); s != "STOPPED" {
+		t.Fatalf("task of the lost instance is %s", s)
+	}
+	eventually(t, 120*time.Second, "service task back on a new instance", func() bool {
+		tk, ok := running()
+		return ok && aws.ToString(tk.ContainerInstanceArn) != old
+	})
+}
+
+// TestManagedInstanceAccess: a daemon may share the host PID namespace and
+// mount /proc read-only; an application task may not be privileged.
+func TestManagedInstanceAccess(t *testing.T) {
+	ctx := context.Background()
+	f := newManagedFleet(t)
+	cp := f.managedCapacityProvider("access", 600)
+	td, err := f.c.RegisterDaemonTaskDefinition(ctx, &ecs.RegisterDaemonTaskDefinitionInput{Family: aws.String("procwatch"), PidMode: types.DaemonPidModeShared,
+		ContainerDefinitions: []types.DaemonContainerDefinition{{Name: aws.String("w"), Image: aws.String(f.image), Memory: aws.Int32(32),
+			Command:     []string{"sh", "-c", "ls /host/proc | grep -c '^[0-9]' ; ps | wc -l; trap 'exit 0' TERM; while true; do sleep 1; done"},
+			MountPoints: []types.MountPoint{{SourceVolume: aws.String("proc"), ContainerPath: aws.String("/host/proc"), ReadOnly: aws.Bool(true)}}}},
+		Volumes: []types.DaemonVolume{{Name: aws.String("proc"), Host: &types.HostVolumeProperties{SourcePath: aws.String("/proc")}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.c.CreateDaemon(ctx, &ecs.CreateDaemonInput{DaemonName: aws.String("procwatch"), ClusterArn: aws.String(f.cluster),
+		DaemonTaskDefinitionArn: td.DaemonTaskDefinitionArn, CapacityProviderArns: []string{cp}}); err != nil {
+		t.Fatal(err)
+	}
+	priv := f.container("p", "sleep", "30")
+	priv.Privileged = aws.Bool(true)
+	out, err := f.c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String(f.cluster), TaskDefinition: aws.String(f.register("priv", priv)),
+		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("access")}}})
+	if err != nil || len(out.Tasks) != 1 {
+		t.Fatalf("run: %+v %v", out, err)
+	}
+	task := f.waitStatus(aws.ToString(out.Tasks[0].TaskArn), "STOPPED", 120*time.Second)
+	if !strings.Contains(aws.ToString(task.StoppedReason)+aws.ToString(task.Containers[0].Reason), "privileged") {
+		t.Fatalf("privileged app task: %q / %q", aws.ToString(task.StoppedReason), aws.ToString(task.Containers[0].Reason))
+	}
+	ds := f.daemonTasks("procwatch", "RUNNING")
+	if len(ds) != 1 {
+		t.Fatalf("daemon tasks: %+v", ds)
+	}
+	var logs string
+	eventually(t, 30*time.Second, "daemon output", func() bool {
+		cs := f.containers(aws.ToString(ds[0].TaskArn))
+		if len(cs) != 1 {
+			return false
+		}
+		rc, err := f.rt.Logs(ctx, cs[0].ID, 0)
+		if err != nil {
+			return false
+		}
+		defer rc.Close()
+		b, _ := io.ReadAll(rc)
+		logs = string(b)
+		return strings.Count(logs, "\n") >= 2
+	})
+	lines := strings.Fields(logs)
+	hostProcs, _ := strconv.Atoi(lines[0])
+	seen, _ := strconv.Atoi(lines[1])
+	// With the host's PID namespace the daemon sees far more than itself.
+	if hostProcs < 5 || seen < 5 {
+		t.Fatalf("daemon sees %d host /proc entries and %d processes:\n%s", hostProcs, seen, logs)
+	}
 }

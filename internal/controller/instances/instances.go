@@ -181,6 +181,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		case ci.Status == "REGISTERING":
 			starting++
 			later(time.Second)
+		case ci.Status == "ACTIVE" && !r.Svc.Connected(ctx, ci.Cluster, ci.ID) && now.Sub(m.Value.LaunchedAt) < RegisterTimeout:
+			// Registered but its session is not up yet: it takes tasks soon.
+			starting++
+			later(time.Second)
 		case ci.Status == "ACTIVE":
 			r.succeeded(name)
 			if err := r.scaleIn(ctx, cp, m, ci, now, later); err != nil {
