@@ -109,10 +109,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		if t.LastStatus == "STOPPED" {
 			continue
 		}
-		if control.IsDaemonTask(t) {
+		switch {
+		case control.IsDaemonTask(t):
 			in.LiveDaemonTasks++
-		} else {
+		default:
 			in.OtherLiveTasks++
+			if !strings.HasPrefix(t.Group, "service:") && t.DesiredStatus != "STOPPED" {
+				in.Standalone = append(in.Standalone, t.ID)
+			}
 		}
 	}
 	if ar, err := r.Svc.AutoRepair(ctx, ci.CapacityProviderName); err == nil {

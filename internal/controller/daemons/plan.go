@@ -32,9 +32,12 @@ type Daemon struct {
 
 // Input is the instance and everything the planner needs about it.
 type Input struct {
-	Status          string // REGISTERING, ACTIVE, DRAINING
-	AutoRepair      bool
-	OtherLiveTasks  int // non-daemon tasks not STOPPED
+	Status         string // REGISTERING, ACTIVE, DRAINING
+	AutoRepair     bool
+	OtherLiveTasks int // non-daemon tasks not STOPPED
+	// Standalone lists the live standalone tasks (not of a service or a
+	// daemon) that are not being stopped yet.
+	Standalone      []string
 	Daemons         []Daemon
 	Now             time.Time
 	LiveDaemonTasks int // daemon tasks (any) not STOPPED
@@ -128,6 +131,12 @@ func Plan(in Input) []Action {
 				rev = d.PlacedRev // an instance keeps the revision it started with
 			}
 			acts = append(acts, Action{Kind: Start, Daemon: d.Name, Revision: rev})
+		}
+	}
+	if draining {
+		// They cannot move: a draining instance stops them, before its daemons.
+		for _, id := range in.Standalone {
+			acts = append(acts, Action{Kind: Stop, TaskID: id, Reason: "Instance is draining: standalone tasks stop, daemons stop last"})
 		}
 	}
 	switch {

@@ -41,6 +41,8 @@ func TestPlan(t *testing.T) {
 		{"unhealthy critical daemon repairs", Input{Status: "ACTIVE", AutoRepair: true, Daemons: []Daemon{func() Daemon { d := run; d.HealthCheck, d.TaskHealth = true, "UNHEALTHY"; return d }()}},
 			[]string{"drain:m"}},
 		{"draining keeps daemons while apps run", Input{Status: "DRAINING", OtherLiveTasks: 1, LiveDaemonTasks: 1, Daemons: []Daemon{run}}, nil},
+		{"draining stops standalone tasks first", Input{Status: "DRAINING", OtherLiveTasks: 1, LiveDaemonTasks: 1, Standalone: []string{"s1"}, Daemons: []Daemon{run}},
+			[]string{"stop:"}},
 		{"drained apps: daemons stop", Input{Status: "DRAINING", LiveDaemonTasks: 1, Daemons: []Daemon{run}}, []string{"stop:m"}},
 		{"all stopped: deregister", Input{Status: "DRAINING", Daemons: []Daemon{func() Daemon { d := run; d.TaskLast = "STOPPED"; return d }()}},
 			[]string{"forget:m", "deregister:"}},
