@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/capstanhq/capstan/internal/agent/daemonnet"
 	"github.com/capstanhq/capstan/internal/agent/state"
 	"github.com/capstanhq/capstan/internal/provision"
 	"github.com/capstanhq/capstan/internal/runtime"
@@ -195,7 +194,21 @@ func (p *Provisioner) removeContainers(ctx context.Context, dir string) error {
 		}
 	}
 	// The instance's daemon network goes with it, freeing its subnet.
-	return daemonnet.Remove(ctx, p.Runtime, arn)
+	nets, err := p.Runtime.Networks(ctx, map[string]string{"com.capstan.instance": arn})
+	if err != nil {
+		return err
+	}
+	for _, n := range nets {
+		for id := range n.Containers {
+			if err := p.Runtime.DisconnectNetwork(ctx, n.ID, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				return err
+			}
+		}
+		if err := p.Runtime.RemoveNetwork(ctx, n.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			return fmt.Errorf("remove network %s: %w", n.Name, err)
+		}
+	}
+	return nil
 }
 
 // Handles lists the instances that have a directory (for cleanup).
