@@ -70,8 +70,10 @@ func TestTwoInstancesOneHost(t *testing.T) {
 		t.Fatalf("taking over an abandoned subnet: %+v, %v", sh, err)
 	}
 
+	// Adopting needs no pause image: even an agent that cannot build one
+	// keeps the holder it finds.
 	before := a.holder()
-	again, err := daemonnet.New(daemonnet.Config{Runtime: rt, InstanceArn: a.instance, PauseBinary: testenv.CapstanBinary(t), Log: testLog()})
+	again, err := daemonnet.New(daemonnet.Config{Runtime: rt, InstanceArn: a.instance, PauseBinary: "/bin/ls", Log: testLog()})
 	if err != nil {
 		t.Fatal(err)
 	}

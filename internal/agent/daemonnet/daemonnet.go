@@ -114,7 +114,8 @@ type Manager struct {
 	subnet   netip.Prefix // of the network, once made or adopted
 	holderID string
 	born     time.Time // when holderID was started
-	pauseRef string    // "" when there is no holder to keep
+	pauseRef string    // the holder image, once built
+	holderOn bool      // Run has a holder to keep
 	maintain bool      // Run has a network to keep
 }
 
@@ -192,48 +193,34 @@ func (m *Manager) Ensure(ctx context.Context) (Setup, error) {
 		s := Setup{Address: m.cfg.HostAddress, Degraded: err.Error()}
 		m.log.Error("daemon networking: no network of its own for this instance; bridge tasks use Docker's default bridge and daemon tasks the host network",
 			"err", err, "daemon", s.Address)
-		m.set(s, "", false)
+		m.set(s, false, false)
 		return s, nil
 	}
 	if err != nil {
 		return Setup{}, err
 	}
 	addr := m.address(n)
-
-	path := m.cfg.PauseBinary
-	if path == "" {
-		if path, err = os.Executable(); err != nil {
-			path, err = "", fmt.Errorf("cannot find this executable for the pause image: %w", err)
-		}
-	}
-	ref := ""
-	if err == nil {
-		ref, err = ensurePauseImage(ctx, m.rt, path)
-	}
-	if err == nil {
-		m.mu.Lock()
-		m.pauseRef = ref
-		m.mu.Unlock()
-		err = m.ensureHolder(ctx, n, addr)
-	}
-	if err != nil {
+	if err := m.ensureHolder(ctx, n, addr); err != nil {
 		s := Setup{BridgeNetwork: n.Name, Address: n.Gateway, Degraded: err.Error()}
 		m.log.Error("daemon networking: no shared namespace for daemons; daemon tasks run in the host network and \"daemon\" is the host's address on the instance network",
 			"err", err, "network", n.Name, "daemon", s.Address)
-		m.set(s, "", true)
+		m.set(s, false, true)
 		return s, nil
 	}
 	s := Setup{BridgeNetwork: n.Name, DaemonNetworkMode: "container:" + m.holder, Address: addr}
-	m.set(s, ref, true)
+	m.set(s, true, true)
+	m.mu.Lock()
+	ref := m.pauseRef
+	m.mu.Unlock()
 	m.prunePauseImages(ctx, ref)
 	m.log.Info("daemon networking ready", "network", n.Name, "subnet", n.Subnet, "daemon", addr, "holder", m.holder)
 	return s, nil
 }
 
-func (m *Manager) set(s Setup, ref string, maintain bool) {
+func (m *Manager) set(s Setup, holderOn, maintain bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.setup, m.pauseRef, m.maintain = s, ref, maintain
+	m.setup, m.holderOn, m.maintain = s, holderOn, maintain
 }
 
 // address is the daemon address on n: the configured one when n's subnet
@@ -378,6 +365,15 @@ func (m *Manager) ensureHolder(ctx context.Context, n runtime.Network, addr neti
 		}
 		stale = append(stale, c)
 	}
+	// The image is built only when a holder must be made: an adopted one
+	// needs none, so a restart of an agent that cannot build it (or of a
+	// newer version) keeps its daemons as they are.
+	ref := ""
+	if keep == nil {
+		if ref, err = m.pauseImage(ctx); err != nil {
+			return err
+		}
+	}
 	// A stopped holder is made anew rather than restarted: a restart gets
 	// a fresh namespace all the same, and a new one takes today's settings.
 	for _, c := range stale {
@@ -395,22 +391,6 @@ func (m *Manager) ensureHolder(ctx context.Context, n runtime.Network, addr neti
 		return nil
 	}
 
-	m.mu.Lock()
-	ref := m.pauseRef
-	m.mu.Unlock()
-	if _, err := m.rt.Image(ctx, ref); errors.Is(err, runtime.ErrNotFound) {
-		// Removed behind the agent's back: build it again.
-		path := m.cfg.PauseBinary
-		if path == "" {
-			path, _ = os.Executable()
-		}
-		if ref, err = ensurePauseImage(ctx, m.rt, path); err != nil {
-			return err
-		}
-		m.mu.Lock()
-		m.pauseRef = ref
-		m.mu.Unlock()
-	}
 	spec := runtime.ContainerSpec{
 		Name:        m.holder,
 		Image:       ref,
@@ -448,6 +428,34 @@ func (m *Manager) ensureHolder(ctx context.Context, n runtime.Network, addr neti
 	m.log.Info("daemon networking: started the namespace holder", "id", id, "name", m.holder, "address", addr)
 	m.stopStranded(ctx, id)
 	return nil
+}
+
+// pauseImage returns the holder image, building it if it was not built or
+// has been removed since.
+func (m *Manager) pauseImage(ctx context.Context) (string, error) {
+	m.mu.Lock()
+	ref := m.pauseRef
+	m.mu.Unlock()
+	if ref != "" {
+		if _, err := m.rt.Image(ctx, ref); err == nil || !errors.Is(err, runtime.ErrNotFound) {
+			return ref, err
+		}
+	}
+	path := m.cfg.PauseBinary
+	if path == "" {
+		var err error
+		if path, err = os.Executable(); err != nil {
+			return "", fmt.Errorf("cannot find this executable for the pause image: %w", err)
+		}
+	}
+	ref, err := ensurePauseImage(ctx, m.rt, path)
+	if err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	m.pauseRef = ref
+	m.mu.Unlock()
+	return ref, nil
 }
 
 // stopStranded stops running daemon containers still in an earlier
@@ -564,9 +572,9 @@ func (m *Manager) reconcile(ctx context.Context) {
 		return
 	}
 	m.mu.Lock()
-	s, ref := m.setup, m.pauseRef
+	s, on := m.setup, m.holderOn
 	m.mu.Unlock()
-	if ref == "" {
+	if !on {
 		return
 	}
 	addr := m.address(n)

@@ -42,7 +42,9 @@
 //     cleaned up.
 //   - Idempotent: the network and the holder are found by their labels
 //     after a restart and adopted; an agent that stops leaves both (and its
-//     daemons) running. Only retiring a deregistered instance removes them
+//     daemons) running. The pause image is built only when a holder must be
+//     made, so an adopted holder survives an upgrade or a restart with an
+//     executable that could not build it. Only retiring a deregistered instance removes them
 //     (Remove).
 //   - The holder is kept up by the agent, not by a Docker restart policy: a
 //     holder that dies or is removed is made again at once on the same

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -208,4 +209,30 @@ func TestSamePortTwice(t *testing.T) {
 	if rc, err := e.rt.Inspect(context.Background(), c.ID); err != nil || rc.State != runtime.StateRunning {
 		t.Fatalf("the first daemon: %+v, %v", rc, err)
 	}
+}
+
+// TestFallbackWithoutStaticBinary: an executable that cannot be the holder
+// (dynamically linked) leaves daemon tasks in the host network, and
+// "daemon" is the host's address on the instance network, where a daemon
+// listening on all addresses is reached.
+func TestFallbackWithoutStaticBinary(t *testing.T) {
+	e := newEnvPause(t, "/bin/ls")
+	s := e.setup
+	if !strings.Contains(s.Degraded, "not statically linked") || s.DaemonNetworkMode != "" || s.BridgeNetwork == "" ||
+		s.Address != daemonnet.Gateway(netip.PrefixFrom(s.Address, 24).Masked()) {
+		t.Fatalf("setup %+v", s)
+	}
+	port := strconv.Itoa(20000 + int(time.Now().UnixNano()%20000))
+	d := daemonTask(e.httpd("web", port, "hello-from-host-daemon"))
+	e.run(d)
+	if c := e.container(e.waitStatus(d.Arn, engine.StatusRunning), "web"); c.NetworkMode != "host" {
+		t.Fatalf("daemon in %q, want host", c.NetworkMode)
+	}
+	app := task(protocol.KindStandalone, "bridge", e.ctr("tool", "sleep", "3600"))
+	e.run(app)
+	c := e.container(e.waitStatus(app.Arn, engine.StatusRunning), "tool")
+	eventually(t, "a bridge app reaches the host daemon as daemon:"+port, func() (bool, string) {
+		ok, out := e.httpGet(c.ID, "daemon", port)
+		return containsBody(ok, out, "hello-from-host-daemon")
+	})
 }

@@ -64,6 +64,16 @@ func randomID() string {
 // goes at cleanup.
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	e := newEnvPause(t, testenv.CapstanBinary(t))
+	if e.setup.Degraded != "" {
+		t.Fatalf("no shared daemon namespace: %s", e.setup.Degraded)
+	}
+	return e
+}
+
+// newEnvPause is newEnv with the pause binary given.
+func newEnvPause(t *testing.T, pause string) *env {
+	t.Helper()
 	rt := testenv.RequireDocker(t)
 	e := &env{t: t, rt: rt, image: testenv.BusyboxImage(t), states: map[string][]protocol.TaskState{}, changed: make(chan struct{}, 1),
 		instance: "arn:aws:ecs:us-east-1:123456789012:container-instance/test/" + randomID()}
@@ -79,7 +89,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() { testenv.RemoveLabeled(t, rt, map[string]string{engine.LabelInstance: e.instance}) })
 
 	m, err := daemonnet.New(daemonnet.Config{Runtime: rt, InstanceArn: e.instance, Cluster: cluster,
-		PauseBinary: testenv.CapstanBinary(t), StopTimeout: 2 * time.Second, Log: testLog()})
+		PauseBinary: pause, StopTimeout: 2 * time.Second, Log: testLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,9 +99,6 @@ func newEnv(t *testing.T) *env {
 	cancel()
 	if err != nil {
 		t.Fatal(err)
-	}
-	if e.setup.Degraded != "" {
-		t.Fatalf("no shared daemon namespace: %s", e.setup.Degraded)
 	}
 
 	e.eng, err = engine.New(engine.Config{Runtime: rt, Store: newMemStore(), Cluster: cluster, ContainerInstanceArn: e.instance,
