@@ -18,6 +18,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "pause" {
+		// The daemon namespace holder's process: wait for the stop signal.
+		<-ctx.Done()
+		return
+	}
 	if len(args) > 0 && args[0] == "agent" {
 		args = args[1:] // accepted, so it can stand in for `capstan agent`
 	}

@@ -25,6 +25,9 @@ const PauseRepo = "capstan/pause"
 // tests in the holder).
 const capstanMain = "github.com/capstanhq/capstan/cmd/capstan"
 
+// agentMain, the lean agent binary, understands `pause` too.
+const agentMain = "github.com/capstanhq/capstan/cmd/capstan-agent"
+
 // ErrNotStatic means the pause binary needs a dynamic loader and libraries
 // that an image of one file lacks.
 var ErrNotStatic = errors.New("not statically linked")
@@ -46,7 +49,7 @@ func CheckPauseBinary(path string) error {
 	if err != nil {
 		return fmt.Errorf("pause binary %s: not a Go executable: %w", path, err)
 	}
-	if bi.Path != capstanMain {
+	if bi.Path != capstanMain && bi.Path != agentMain {
 		return fmt.Errorf("pause binary %s is %s, not the capstan command: point CAPSTAN_PAUSE_BINARY at a capstan executable", path, bi.Path)
 	}
 	return nil
