@@ -293,3 +293,70 @@ func TestManagedInstanceAccess(t *testing.T) {
 		t.Fatalf("daemon sees %d host /proc entries and %d processes:\n%s", hostProcs, seen, logs)
 	}
 }
+
+// TestServiceOnFreshProviderReachesDaemon: a daemon, then a service of 3
+// tasks on a fresh capacity provider: an instance is provisioned, the
+// daemon starts first on it, and the app containers reach the daemon at
+// the host name "daemon" without configuration.
+func TestServiceOnFreshProviderReachesDaemon(t *testing.T) {
+	ctx := context.Background()
+	f := newManagedFleet(t)
+	cp := f.managedCapacityProvider("fresh", 600)
+	f.daemon("collector", cp, true, "sh", "-c", "echo daemon-ok > /tmp/index.html; httpd -f -p 8125 -h /tmp")
+	app := f.container("app", "sh", "-c", "while true; do wget -q -O - http://daemon:8125/index.html || echo unreachable; sleep 1; done")
+	td := f.register("reporter", app)
+	if _, err := f.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(f.cluster), ServiceName: aws.String("reporter"),
+		TaskDefinition: aws.String(td), DesiredCount: aws.Int32(3),
+		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("fresh")}}}); err != nil {
+		t.Fatal(err)
+	}
+	var tasks []types.Task
+	eventually(t, 180*time.Second, "3 service tasks RUNNING", func() bool {
+		list, err := f.c.ListTasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(f.cluster), ServiceName: aws.String("reporter")})
+		if err != nil || len(list.TaskArns) < 3 {
+			return false
+		}
+		out, err := f.c.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String(f.cluster), Tasks: list.TaskArns})
+		if err != nil {
+			return false
+		}
+		tasks = tasks[:0]
+		for _, tk := range out.Tasks {
+			if aws.ToString(tk.LastStatus) == "RUNNING" {
+				tasks = append(tasks, tk)
+			}
+		}
+		return len(tasks) == 3
+	})
+	daemons := map[string]types.Task{}
+	for _, d := range f.daemonTasks("collector", "RUNNING") {
+		daemons[aws.ToString(d.ContainerInstanceArn)] = d
+	}
+	for _, tk := range tasks {
+		d, ok := daemons[aws.ToString(tk.ContainerInstanceArn)]
+		if !ok || !d.StartedAt.Before(*tk.StartedAt) {
+			t.Fatalf("task %s on %s: daemon %+v", aws.ToString(tk.TaskArn), aws.ToString(tk.ContainerInstanceArn), d.StartedAt)
+		}
+		if ci := f.instance(aws.ToString(tk.ContainerInstanceArn)); aws.ToString(ci.Status) != "ACTIVE" {
+			t.Fatalf("instance %s", aws.ToString(ci.Status))
+		}
+	}
+	for _, tk := range tasks {
+		arn := aws.ToString(tk.TaskArn)
+		var logs string
+		eventually(t, 30*time.Second, "app reaches the daemon", func() bool {
+			cs := f.containers(arn)
+			if len(cs) != 1 {
+				return false
+			}
+			rc, err := f.rt.Logs(ctx, cs[0].ID, 0)
+			if err != nil {
+				return false
+			}
+			defer rc.Close()
+			b, _ := io.ReadAll(rc)
+			logs = string(b)
+			return strings.Contains(logs, "daemon-ok")
+		})
+	}
+}
