@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
+	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/testenv/agents"
 )
 
@@ -125,6 +127,19 @@ func TestFailingDaemons(t *testing.T) {
 	if s := aws.ToString(g.instance(b.InstanceArn).Status); s != "REGISTERING" {
 		t.Fatalf("instance with a failing critical daemon is %s", s)
 	}
+	// Each failed start is reported as an impaired-daemon event.
+	eventually(t, 30*time.Second, "DAEMON_TASK_START_IMPAIRED event", func() bool {
+		out, err := g.srv.Service.ListEvents(context.Background(), &control.ListEventsRequest{Cluster: g.cluster, DetailType: "ECS Daemon Service Action"})
+		if err != nil {
+			return false
+		}
+		for _, ev := range out.Events {
+			if strings.Contains(string(ev.Detail), "DAEMON_TASK_START_IMPAIRED") && strings.Contains(string(ev.Detail), "TASK_FAILED_TO_RUN") {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // TestExactlyOneDaemonPerInstance adds a second daemon while the server and
