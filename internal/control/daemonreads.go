@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/controller/deployments"
@@ -63,10 +64,16 @@ func (s *Service) DescribeDaemon(ctx context.Context, req *shapes.DescribeDaemon
 // target and sources of an unfinished deployment, else the finished
 // deployment's outcome.
 func (s *Service) currentRevisions(ctx context.Context, d store.Daemon) ([]store.DaemonRevision, error) {
-	dep, err := s.deploymentByArn(ctx, d.DeploymentArn)
+	var dep deploymentRow
+	c, dn, id, ok := s.arns.daemonChild("daemon-deployment", d.DeploymentArn)
+	if !ok {
+		return nil, store.ErrNotFound
+	}
+	it, err := store.Get[deploymentRow](ctx, s.st, store.DaemonDeploymentKey(c, dn, id))
 	if err != nil {
 		return nil, err
 	}
+	dep = it.Value
 	var arns []string
 	switch {
 	case deployments.InFlight(dep.Status):
@@ -106,6 +113,16 @@ func (s *Service) currentRevisions(ctx context.Context, d store.Daemon) ([]store
 	return out, nil
 }
 
+// deploymentRow is what currentRevisions reads of a deployment.
+type deploymentRow struct {
+	Status             string   `json:"status"`
+	TargetRevisionArn  string   `json:"capstanTargetRevisionArn"`
+	SourceRevisionArns []string `json:"capstanSourceRevisionArns"`
+	Rollback           *struct {
+		RollbackTargetDaemonRevisionArn string `json:"rollbackTargetDaemonRevisionArn"`
+	} `json:"rollback"`
+}
+
 func (s *Service) deploymentByArn(ctx context.Context, arn string) (store.DaemonDeployment, error) {
 	c, dn, id, ok := s.arns.daemonChild("daemon-deployment", arn)
 	if !ok {
@@ -113,6 +130,18 @@ func (s *Service) deploymentByArn(ctx context.Context, arn string) (store.Daemon
 	}
 	it, err := store.Get[store.DaemonDeployment](ctx, s.st, store.DaemonDeploymentKey(c, dn, id))
 	return it.Value, err
+}
+
+// daemonRow is the part of a stored daemon that listing needs: decoding
+// only these members is most of what makes ListDaemons cheap.
+type daemonRow struct {
+	Arn       string    `json:"arn"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	Spec      struct {
+		CapacityProviderArns []string `json:"capacityProviderArns"`
+	} `json:"spec"`
 }
 
 func (s *Service) ListDaemons(ctx context.Context, req *shapes.ListDaemonsRequest) (*shapes.ListDaemonsResponse, error) {
@@ -141,7 +170,7 @@ func (s *Service) ListDaemons(ctx context.Context, req *shapes.ListDaemonsReques
 	out := &shapes.ListDaemonsResponse{DaemonSummariesList: []shapes.DaemonSummary{}}
 	after := p.after
 	for {
-		items, more, err := store.List[store.Daemon](ctx, s.st, prefix, after, p.limit-len(out.DaemonSummariesList))
+		items, more, err := store.List[daemonRow](ctx, s.st, prefix, after, p.limit-len(out.DaemonSummariesList))
 		if err != nil {
 			return nil, storeErr(err)
 		}
