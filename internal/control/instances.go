@@ -350,18 +350,11 @@ func (s *Service) instanceView(ctx context.Context, ci store.ContainerInstance, 
 
 // instanceTaskCounts counts the tasks placed on an instance by last status.
 func (s *Service) instanceTaskCounts(ctx context.Context, ci store.ContainerInstance) (running, pending int, err error) {
-	items, _, err := store.List[desiredRow](ctx, s.st, store.DesiredPrefix(ci.Cluster, ci.ID), "", 0)
+	tasks, err := s.instanceTasks(ctx, ci)
 	if err != nil {
 		return 0, 0, storeErr(err)
 	}
-	for _, it := range items {
-		t, err := store.Get[store.Task](ctx, s.st, store.TaskKey(ci.Cluster, it.Key[strings.LastIndexByte(it.Key, '/')+1:]))
-		if errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return 0, 0, storeErr(err)
-		}
+	for _, t := range tasks {
 		switch t.Value.LastStatus {
 		case "RUNNING":
 			running++

@@ -123,18 +123,7 @@ func TestAutoRepairReplacesInstance(t *testing.T) {
 		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("repair")}}}); err != nil {
 		t.Fatal(err)
 	}
-	serviceTask := func() (types.Task, bool) {
-		list, err := f.c.ListTasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(f.cluster), ServiceName: aws.String("web")})
-		if err != nil || len(list.TaskArns) == 0 {
-			return types.Task{}, false
-		}
-		for _, arn := range list.TaskArns {
-			if tk := f.task(arn); aws.ToString(tk.LastStatus) == "RUNNING" {
-				return tk, true
-			}
-		}
-		return types.Task{}, false
-	}
+	serviceTask := func() (types.Task, bool) { return f.runningServiceTask("web") }
 	var first types.Task
 	eventually(t, 120*time.Second, "service task RUNNING", func() bool { var ok bool; first, ok = serviceTask(); return ok })
 	old := aws.ToString(first.ContainerInstanceArn)
@@ -195,18 +184,7 @@ func TestLostInstanceIsReplaced(t *testing.T) {
 		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("lossy")}}}); err != nil {
 		t.Fatal(err)
 	}
-	running := func() (types.Task, bool) {
-		list, err := f.c.ListTasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(f.cluster), ServiceName: aws.String("web")})
-		if err != nil {
-			return types.Task{}, false
-		}
-		for _, arn := range list.TaskArns {
-			if tk := f.task(arn); aws.ToString(tk.LastStatus) == "RUNNING" {
-				return tk, true
-			}
-		}
-		return types.Task{}, false
-	}
+	running := func() (types.Task, bool) { return f.runningServiceTask("web") }
 	var first types.Task
 	eventually(t, 120*time.Second, "service task RUNNING", func() bool { var ok bool; first, ok = running(); return ok })
 	old := aws.ToString(first.ContainerInstanceArn)
@@ -359,4 +337,18 @@ func TestServiceOnFreshProviderReachesDaemon(t *testing.T) {
 			return strings.Contains(logs, "daemon-ok")
 		})
 	}
+}
+
+// runningServiceTask returns a RUNNING task of the service, if there is one.
+func (f *fleet) runningServiceTask(service string) (types.Task, bool) {
+	list, err := f.c.ListTasks(context.Background(), &ecs.ListTasksInput{Cluster: aws.String(f.cluster), ServiceName: aws.String(service)})
+	if err != nil {
+		return types.Task{}, false
+	}
+	for _, arn := range list.TaskArns {
+		if tk := f.task(arn); aws.ToString(tk.LastStatus) == "RUNNING" {
+			return tk, true
+		}
+	}
+	return types.Task{}, false
 }
