@@ -1,0 +1,423 @@
+// Command managed measures managed daemons on managed instances with the
+// local provisioner: how long a task on an empty capacity provider takes to
+// run, stage by stage, and whether application tasks ever run on an
+// instance in service without its critical daemons.
+//
+//	go run ./bench/managed [-n 3] [-json out.json]
+//
+// It builds cmd/capstan statically, starts a server in-process (embedded
+// etcd in a temporary directory) whose local provisioner runs that build as
+// `capstan agent` processes on the local Docker Engine, and runs:
+//
+//  1. cold start, -n times on fresh capacity providers that each have one
+//     critical daemon: RunTask → the app task RUNNING, split into provision
+//     (RunTask → instance registered), daemon start (registered → daemon
+//     task RUNNING, which activates the instance) and app start (→ app task
+//     RUNNING), all read from the record (registeredAt and events);
+//  2. coverage: on one capacity provider, (a) a critical daemon then a
+//     service of 3 tasks, (b) a critical daemon's container killed
+//     (auto-repair replaces the instance), (c) an instance drained, (d) a
+//     second critical daemon added while an agent restarts. After each,
+//     the cluster's recorded events (CapstanV1.ListEvents, with a cursor)
+//     are read into per-instance timelines, and the seconds in which an
+//     instance in service ran an application task while a critical daemon
+//     targeting it was not RUNNING there are added up. The goal is 0.
+//
+// Each scenario also reports the gap read two other ways: on the agent's
+// clock (startedAt, stoppedAt in the task events) and naively (without
+// placing the unrecorded auto-repair drain). -events keeps the record,
+// -agent-logs the instances' logs, -server-log the server's;
+// -sidecar-stop gives the coverage daemon a container that is slow to stop.
+//
+// At the end the server stops, every instance left is terminated through
+// the local provisioner, and every container and daemon network of the
+// run's clusters is removed.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/capstanhq/capstan/internal/runtime/docker"
+)
+
+type options struct {
+	n         int
+	jsonOut   string
+	poll      time.Duration
+	settle    time.Duration
+	timeout   time.Duration
+	dataDir   string
+	serverLog string
+	agentLogs string
+	eventsOut string
+	// sidecarStop gives the coverage scenario's critical daemon a
+	// non-essential container that ignores SIGTERM for this long.
+	sidecarStop time.Duration
+	binary      string
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/managed:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/managed:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("managed", flag.ContinueOnError)
+	fs.IntVar(&o.n, "n", 3, "cold starts, each on a fresh capacity provider")
+	fs.StringVar(&o.jsonOut, "json", "", "write the report as JSON to this file")
+	fs.DurationVar(&o.poll, "poll", 50*time.Millisecond, "pause between API polls while waiting")
+	fs.DurationVar(&o.settle, "settle", 3*time.Second, "wait after each coverage scenario before reading its events")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on the whole run after this long")
+	fs.StringVar(&o.dataDir, "data-dir", "", "parent of the run's temporary directory (default: the system temp dir)")
+	fs.StringVar(&o.serverLog, "server-log", "", "write the in-process server's debug log to this file")
+	fs.StringVar(&o.agentLogs, "agent-logs", "", "copy every instance's agent log into this directory (they are deleted with their instances)")
+	fs.StringVar(&o.eventsOut, "events", "", "write every event read (the recorded history the gaps come from) to this file, one JSON object a line")
+	fs.DurationVar(&o.sidecarStop, "sidecar-stop", 0, "give the coverage daemon guard a non-essential container that ignores SIGTERM and is killed after this stop timeout (whole seconds; 0: none)")
+	fs.StringVar(&o.binary, "binary", "", "statically linked capstan to run as the instances' agent (default: CGO_ENABLED=0 go build ./cmd/capstan)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case o.n < 1:
+		return o, errors.New("-n must be at least 1")
+	case o.poll <= 0:
+		return o, errors.New("-poll must be positive")
+	case o.settle < 0:
+		return o, errors.New("-settle must not be negative")
+	case runtime.GOOS != "linux":
+		return o, errors.New("local instances need Linux")
+	}
+	return o, nil
+}
+
+// Machine describes where the numbers were taken.
+type Machine struct {
+	GOOS          string `json:"goos"`
+	GOARCH        string `json:"goarch"`
+	NumCPU        int    `json:"numCPU"`
+	GoVersion     string `json:"goVersion"`
+	CPUModel      string `json:"cpuModel,omitempty"`
+	Revision      string `json:"vcsRevision,omitempty"`
+	DockerVersion string `json:"dockerVersion"`
+	StorageDriver string `json:"dockerStorageDriver,omitempty"`
+	Containers    int    `json:"dockerContainersAtStart"`
+	LoadAvgStart  string `json:"loadAvgStart,omitempty"`
+	LoadAvgEnd    string `json:"loadAvgEnd,omitempty"`
+}
+
+// Report is the JSON output.
+type Report struct {
+	Started  time.Time `json:"started"`
+	Seconds  float64   `json:"runSeconds"`
+	Machine  Machine   `json:"machine"`
+	Options  Options   `json:"options"`
+	Image    string    `json:"image"`
+	Binary   string    `json:"agentBinary"`
+	Cold     *Cold     `json:"coldStart,omitempty"`
+	Coverage *Coverage `json:"coverage,omitempty"`
+	Cleanup  Cleanup   `json:"cleanup"`
+	Notes    []string  `json:"notes"`
+}
+
+// Options are the flags that shape the measurement.
+type Options struct {
+	N                  int     `json:"n"`
+	PollMs             float64 `json:"pollMs"`
+	SettleSeconds      float64 `json:"settleSeconds"`
+	SidecarStopSeconds float64 `json:"sidecarStopSeconds"`
+}
+
+// Cleanup is what the end of the run removed.
+type Cleanup struct {
+	Terminated int      `json:"instancesTerminated"`
+	Containers int      `json:"containersRemoved"`
+	Networks   int      `json:"networksRemoved"`
+	Errors     []string `json:"errors,omitempty"`
+}
+
+func run(ctx context.Context, o options, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	start := time.Now()
+	rep := &Report{Started: start.UTC(), Options: Options{N: o.n, PollMs: float64(o.poll.Milliseconds()),
+		SettleSeconds: o.settle.Seconds(), SidecarStopSeconds: o.sidecarStop.Seconds()}}
+
+	rt, err := docker.New(docker.Options{})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+	err = rt.Ping(pctx)
+	pcancel()
+	if err != nil {
+		return fmt.Errorf("the Docker Engine is required: %w", err)
+	}
+	rep.Machine = machine(ctx, rt.Client())
+
+	work, err := os.MkdirTemp(o.dataDir, "capstan-bench-managed-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	b, err := newBench(ctx, o, stdout, rt, work)
+	if err != nil {
+		return err
+	}
+	rep.Image, rep.Binary = b.image, b.bin
+	if o.agentLogs != "" {
+		if err := os.MkdirAll(o.agentLogs, 0o755); err != nil {
+			return err
+		}
+		lctx, stopLogs := context.WithCancel(ctx)
+		defer stopLogs()
+		go b.keepAgentLogs(lctx, o.agentLogs)
+	}
+	// Whatever happens from here, the instances and their containers go.
+	cleaned := false
+	cleanup := func() {
+		cleaned = true
+		rep.Cleanup = b.cleanup(context.WithoutCancel(ctx))
+		fmt.Fprintf(stdout, "cleanup: %d instances terminated, %d containers and %d networks removed\n",
+			rep.Cleanup.Terminated, rep.Cleanup.Containers, rep.Cleanup.Networks)
+		for _, e := range rep.Cleanup.Errors {
+			fmt.Fprintln(stdout, "cleanup:", e)
+		}
+	}
+	defer func() {
+		if !cleaned {
+			cleanup()
+		}
+	}()
+
+	var runErr error
+	rep.Cold, runErr = b.coldStarts(ctx)
+	if runErr == nil {
+		rep.Coverage, runErr = b.coverage(ctx)
+	}
+	if runErr != nil {
+		fmt.Fprintln(stdout, "error:", runErr)
+	}
+	cleanup()
+	if o.eventsOut != "" {
+		if err := writeEvents(o.eventsOut, b.histories); err != nil {
+			return err
+		}
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.Notes = notes(rep)
+	printReport(stdout, rep)
+	if o.jsonOut != "" {
+		buf, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(o.jsonOut, append(buf, '\n'), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "wrote", o.jsonOut)
+	}
+	return runErr
+}
+
+func writeEvents(path string, hs []*history) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	for _, h := range hs {
+		for _, ev := range h.raw {
+			if err := enc.Encode(ev); err != nil {
+				f.Close()
+				return err
+			}
+		}
+	}
+	return f.Close()
+}
+
+func notes(rep *Report) []string {
+	n := []string{
+		"Times are read from the record: registeredAt, and each event's detail.updatedAt, which the server stamps when it writes the event, after the change was committed.",
+		"The server records no event when the daemons controller activates an instance (REGISTERING → ACTIVE) or when auto-repair drains it; an instance counts as in service while REGISTERING or ACTIVE, and an auto-repaired one leaves service at the recorded STOPPED of the daemon its final status reason names.",
+	}
+	if rep.Machine.LoadAvgStart != "" {
+		n = append(n, "Load average at start "+rep.Machine.LoadAvgStart+", at end "+rep.Machine.LoadAvgEnd+fmt.Sprintf(" on %d CPUs.", rep.Machine.NumCPU))
+	}
+	return n
+}
+
+func printReport(w io.Writer, rep *Report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if c := rep.Cold; c != nil && len(c.Samples) > 0 {
+		fmt.Fprintf(w, "\nCold start: RunTask on an empty capacity provider with one critical daemon → app task RUNNING (%d samples)\n", len(c.Samples))
+		fmt.Fprint(tw, "stage\tp50 s\tmax s\t")
+		for i := range c.Samples {
+			fmt.Fprintf(tw, "#%d\t", i+1)
+		}
+		fmt.Fprintln(tw)
+		for _, st := range coldStages {
+			d := c.Stages[st.key]
+			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t", st.label, d.P50, d.Max)
+			for _, s := range c.Samples {
+				fmt.Fprintf(tw, "%.2f\t", st.get(s))
+			}
+			fmt.Fprintln(tw)
+		}
+		tw.Flush()
+		fmt.Fprintf(w, "retiring the %d instances (StopTask, DRAINING) took %.1f s; coverage gap over the scenario %.3f s\n", len(c.Samples), c.RetireSeconds, c.Gap)
+		for _, o := range c.Orphans {
+			fmt.Fprintf(w, "  orphan instance left registered: %s\n", o)
+		}
+	}
+	if cv := rep.Coverage; cv != nil {
+		fmt.Fprintln(w, "\nCoverage gap: seconds an instance in service ran an app task while a critical daemon targeting it was not RUNNING (goal 0)")
+		fmt.Fprintln(tw, "scenario\tseconds\tevents\tinstances\tgap s\tgap s, agent clock\tgap s, naive\t")
+		for _, s := range cv.Scenarios {
+			fmt.Fprintf(tw, "%s\t%.1f\t%d\t%d\t%.3f\t%.3f\t%.3f\t\n", s.Name, s.Seconds, s.Events, s.Instances, s.Gap, s.GapAgentClock, s.GapNaive)
+		}
+		fmt.Fprintf(tw, "total (a-d)\t\t\t\t%.3f\t%.3f\t%.3f\t\n", cv.Total, cv.TotalAgentClock, cv.TotalNaive)
+		tw.Flush()
+		fmt.Fprintf(w, "goal (0 s, recorded): %s\n", map[bool]string{true: "met", false: "NOT met"}[cv.Met])
+		for _, s := range cv.Scenarios {
+			for _, g := range s.Gaps {
+				fmt.Fprintf(w, "  %s: %s  %.3f s without %s (%d app tasks), %s → %s\n", s.Name, shortArn(g.Instance), g.Seconds,
+					strings.Join(g.Missing, ","), g.Apps, g.From.Format("15:04:05.000"), g.To.Format("15:04:05.000"))
+			}
+			for _, f := range s.Findings {
+				fmt.Fprintf(w, "  %s: %s\n", s.Name, f)
+			}
+			for _, o := range s.Orphans {
+				fmt.Fprintf(w, "  %s: orphan instance: %s\n", s.Name, o)
+			}
+		}
+	}
+	fmt.Fprintf(w, "\nrun took %.0f s\n", rep.Seconds)
+}
+
+func shortArn(arn string) string {
+	if i := strings.LastIndexByte(arn, '/'); i >= 0 {
+		return arn[i+1:]
+	}
+	return arn
+}
+
+func machine(ctx context.Context, dc *client.Client) Machine {
+	m := Machine{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, NumCPU: runtime.NumCPU(), GoVersion: runtime.Version(), LoadAvgStart: loadAvg()}
+	if bs, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(bs)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				m.Revision = s.Value
+			}
+		}
+	}
+	if m.Revision == "" { // go run stamps no VCS information
+		if out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output(); err == nil {
+			m.Revision = strings.TrimSpace(string(out))
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if v, err := dc.ServerVersion(ctx, client.ServerVersionOptions{}); err == nil {
+		m.DockerVersion = v.Version
+	}
+	if info, err := dc.Info(ctx, client.InfoOptions{}); err == nil {
+		m.StorageDriver, m.Containers = info.Info.Driver, info.Info.Containers
+	}
+	return m
+}
+
+func loadAvg() string {
+	bs, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(bs))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// Dist summarises samples in seconds.
+type Dist struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50Seconds"`
+	Max float64 `json:"maxSeconds"`
+}
+
+// dist takes the median as the middle sample (the lower of the two
+// middle ones for an even count), so it is always a measured value.
+func dist(xs []float64) Dist {
+	if len(xs) == 0 {
+		return Dist{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return Dist{N: len(s), P50: s[(len(s)-1)/2], Max: s[len(s)-1]}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// serverLogger is the in-process server's logger: debug to a file, or
+// nothing.
+func serverLogger(path string) (*slog.Logger, func(), error) {
+	if path == "" {
+		return slog.New(slog.DiscardHandler), func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})), func() { f.Close() }, nil
+}
