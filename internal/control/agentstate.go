@@ -108,6 +108,19 @@ func (s *Service) applyTaskState(ctx context.Context, cluster, instanceID string
 			t.Reserved = nil
 			t.DesiredStatus = "STOPPED"
 		}
+		if unexpected && t.Kind == protocol.KindDaemon && (t.LastStatus == "STOPPING" || t.LastStatus == "DEACTIVATING") {
+			// Its main container died; the rest of the task may take its stop
+			// timeout. The instance leaves service now, not at STOPPED.
+			repair, err := s.repairReason(ctx, t)
+			if err != nil {
+				return err
+			}
+			if repair != "" {
+				if err := s.drainInTxn(ctx, tx, t, repair); err != nil {
+					return err
+				}
+			}
+		}
 		tx.Update(it.Key, it.Rev, t)
 		if _, err = tx.Commit(ctx); err == nil {
 			s.taskChanged(ctx, t)
@@ -118,6 +131,22 @@ func (s *Service) applyTaskState(ctx context.Context, cluster, instanceID string
 
 // release returns a stopped task's reservation to its instance and removes
 // the task from the instance's manifest, in tx.
+// drainInTxn sets the task's instance DRAINING in tx, if it is ACTIVE.
+func (s *Service) drainInTxn(ctx context.Context, tx *store.Txn, t store.Task, reason string) error {
+	it, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(t.Cluster, t.InstanceID))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil || it.Value.Status != "ACTIVE" {
+		return err
+	}
+	ci := it.Value
+	ci.Status, ci.StatusReason = "DRAINING", reason
+	*ci.Version++
+	tx.Update(it.Key, it.Rev, ci)
+	return nil
+}
+
 // repairReason is why the instance of a stopped daemon task must be
 // repaired, or "" when it need not (non-critical daemon, auto-repair off).
 func (s *Service) repairReason(ctx context.Context, t store.Task) (string, error) {

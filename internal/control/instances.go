@@ -206,6 +206,10 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 			if id != "" && req.ContainerInstanceArn == "" {
 				// The bound instance was deregistered: the credential moves to a new one.
 				if cur, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cluster, id)); err == nil && cur.Value.Status == "INACTIVE" {
+					if cred.Value.Managed {
+						// A retired provisioned instance is being terminated.
+						return fault.Denied("container instance %s was retired; its credential registers nothing else", id)
+					}
 					id = ""
 				}
 			}

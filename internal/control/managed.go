@@ -55,6 +55,7 @@ func (s *Service) ManagedInstances(ctx context.Context, cluster, cp string) ([]s
 func (s *Service) NewManagedInstance(ctx context.Context, m ManagedInstance) (ManagedInstance, store.AgentCredential, error) {
 	cred := s.MintAgentCredential(m.Cluster, "managed instance "+m.ID)
 	cred.CapacityProvider = m.CapacityProvider
+	cred.Managed = true
 	m.AccessKeyID = cred.AccessKeyID
 	m.LaunchedAt = s.now()
 	_, err := s.st.Txn().Create(ManagedInstanceKey(m.Cluster, m.ID), m).Create(store.CredentialKey(cred.AccessKeyID), cred).Commit(ctx)

@@ -193,6 +193,9 @@ type AgentCredential struct {
 	CapacityProvider string    `json:"capacityProvider,omitempty"`
 	CreatedAt        time.Time `json:"createdAt"`
 	Description      string    `json:"description,omitempty"`
+	// Managed credentials belong to one provisioned instance for its whole
+	// life: once it is deregistered they register nothing else.
+	Managed bool `json:"managed,omitempty"`
 }
 
 // Session marks an instance whose agent is connected; it lives on an etcd

@@ -144,6 +144,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			d.Placed, d.PlacedRev, d.Attempts, d.LastFailure = true, p.Value.RevisionArn, p.Value.Attempts, p.Value.LastFailure
 			if t, ok := byID[p.Value.TaskID]; ok {
 				d.TaskID, d.TaskLast, d.TaskDesired, d.TaskHealth, d.TaskReason = t.ID, t.LastStatus, t.DesiredStatus, t.HealthStatus, stopReason(t)
+				d.TaskStartedAt = t.StartedAt.Time
 			} else if p.Value.TaskID != "" {
 				if t, err := r.Svc.Task(ctx, ci.Cluster, p.Value.TaskID); err == nil {
 					d.TaskID, d.TaskLast, d.TaskDesired, d.TaskReason = t.ID, t.LastStatus, t.DesiredStatus, stopReason(t)

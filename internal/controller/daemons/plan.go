@@ -66,6 +66,11 @@ type Action struct {
 	After    time.Duration
 }
 
+// SteadyFor is how long a critical daemon without a health check must have
+// run before it lets its instance become ACTIVE: a daemon that crashes at
+// once must not flash RUNNING long enough to open the instance to tasks.
+const SteadyFor = time.Second
+
 // Backoff is the wait before restarting a daemon after n failed starts in
 // a row: 5 s doubling to 5 minutes.
 func Backoff(n int) time.Duration {
@@ -99,6 +104,12 @@ func Plan(in Input) []Action {
 			continue
 		case live:
 			ready := d.TaskLast == "RUNNING" && (!d.HealthCheck || d.TaskHealth == "HEALTHY")
+			if ready && !d.HealthCheck && in.Status == "REGISTERING" {
+				if wait := SteadyFor - in.Now.Sub(d.TaskStartedAt); wait > 0 {
+					ready = false
+					acts = append(acts, Action{Kind: Wait, Daemon: d.Name, After: wait})
+				}
+			}
 			if d.Critical && !ready {
 				criticalReady = false
 			}

@@ -16,7 +16,8 @@ func kinds(acts []Action) []string {
 
 func TestPlan(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	run := Daemon{Name: "m", Critical: true, RevisionArn: "r2", Wanted: true, Placed: true, PlacedRev: "r1", TaskID: "t", TaskLast: "RUNNING", TaskDesired: "RUNNING"}
+	run := Daemon{Name: "m", Critical: true, RevisionArn: "r2", Wanted: true, Placed: true, PlacedRev: "r1", TaskID: "t", TaskLast: "RUNNING", TaskDesired: "RUNNING",
+		TaskStartedAt: now.Add(-time.Minute)}
 	cases := []struct {
 		name string
 		in   Input
@@ -24,10 +25,12 @@ func TestPlan(t *testing.T) {
 	}{
 		{"new instance starts its daemon at the current revision", Input{Status: "REGISTERING", Daemons: []Daemon{{Name: "m", Critical: true, RevisionArn: "r2", Wanted: true}}},
 			[]string{"start:m"}},
-		{"running critical daemon activates", Input{Status: "REGISTERING", Daemons: []Daemon{run}}, []string{"activate:"}},
+		{"running critical daemon activates", Input{Status: "REGISTERING", Now: now, Daemons: []Daemon{run}}, []string{"activate:"}},
+		{"a daemon just started must run a moment first", Input{Status: "REGISTERING", Now: now, Daemons: []Daemon{func() Daemon { d := run; d.TaskStartedAt = now; return d }()}},
+			[]string{"wait:m"}},
 		{"pending critical daemon holds registration", Input{Status: "REGISTERING", Daemons: []Daemon{func() Daemon { d := run; d.TaskLast = "PENDING"; return d }()}}, nil},
 		{"health check must be HEALTHY", Input{Status: "REGISTERING", Daemons: []Daemon{func() Daemon { d := run; d.HealthCheck, d.TaskHealth = true, "UNKNOWN"; return d }()}}, nil},
-		{"non-critical pending daemon does not hold registration", Input{Status: "REGISTERING", Daemons: []Daemon{func() Daemon { d := run; d.Critical, d.TaskLast = false, "PENDING"; return d }()}},
+		{"non-critical pending daemon does not hold registration", Input{Status: "REGISTERING", Now: now, Daemons: []Daemon{func() Daemon { d := run; d.Critical, d.TaskLast = false, "PENDING"; return d }()}},
 			[]string{"activate:"}},
 		{"steady instance does nothing", Input{Status: "ACTIVE", Daemons: []Daemon{run}}, nil},
 		{"stopped non-critical daemon is restarted at the instance's revision", Input{Status: "ACTIVE", Now: now, Daemons: []Daemon{func() Daemon { d := run; d.Critical, d.TaskLast = false, "STOPPED"; return d }()}},

@@ -356,13 +356,14 @@ func (r *Reconciler) terminate(ctx context.Context, m store.Item[control.Managed
 		}
 		m = cur
 	}
-	if registered && ci.Status != "INACTIVE" {
-		if err := r.Svc.DeregisterDrained(ctx, ci.Cluster, ci.ID); err != nil {
+	// The agent goes first: deregistered while alive, it would register anew.
+	if m.Value.Handle != "" {
+		if err := r.Provisioner.Terminate(ctx, m.Value.Handle); err != nil && !errors.Is(err, provision.ErrUnknown) {
 			return err
 		}
 	}
-	if m.Value.Handle != "" {
-		if err := r.Provisioner.Terminate(ctx, m.Value.Handle); err != nil && !errors.Is(err, provision.ErrUnknown) {
+	if registered && ci.Status != "INACTIVE" {
+		if err := r.Svc.DeregisterDrained(ctx, ci.Cluster, ci.ID); err != nil {
 			return err
 		}
 	}
