@@ -144,6 +144,7 @@ func (s *Service) drainInTxn(ctx context.Context, tx *store.Txn, t store.Task, r
 	ci.Status, ci.StatusReason = "DRAINING", reason
 	*ci.Version++
 	tx.Update(it.Key, it.Rev, ci)
+	tx.OnCommit(func() { s.instanceChanged(ctx, ci) })
 	return nil
 }
 
@@ -187,6 +188,7 @@ func (s *Service) release(ctx context.Context, tx *store.Txn, t store.Task, drai
 	ci := it.Value
 	if drainReason != "" && ci.Status == "ACTIVE" {
 		ci.Status, ci.StatusReason = "DRAINING", drainReason
+		defer func() { tx.OnCommit(func() { s.instanceChanged(ctx, ci) }) }()
 	}
 	if r := t.Reserved; r != nil {
 		rem := readResources(ci.RemainingResources)

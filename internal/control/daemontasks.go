@@ -251,7 +251,9 @@ func (s *Service) SetInstanceStatus(ctx context.Context, cluster, id, status, re
 		}
 		ci.Status, ci.StatusReason = status, reason
 		*ci.Version++
-		_, err = s.st.Txn().Update(it.Key, it.Rev, ci).Commit(ctx)
+		if _, err = s.st.Txn().Update(it.Key, it.Rev, ci).Commit(ctx); err == nil {
+			s.instanceChanged(ctx, ci)
+		}
 		return err
 	})
 }

@@ -182,10 +182,18 @@ func (s *Store) Count(ctx context.Context, prefix string) (int, error) {
 
 // Txn collects writes that commit together or not at all.
 type Txn struct {
-	s    *Store
-	cmps []clientv3.Cmp
-	ops  []clientv3.Op
-	err  error
+	s     *Store
+	cmps  []clientv3.Cmp
+	ops   []clientv3.Op
+	err   error
+	after []func()
+}
+
+// OnCommit runs fn once the transaction has committed (never if it fails),
+// for side effects such as events that must follow the write.
+func (t *Txn) OnCommit(fn func()) *Txn {
+	t.after = append(t.after, fn)
+	return t
 }
 
 // Txn starts a transaction.
@@ -249,6 +257,9 @@ func (t *Txn) Commit(ctx context.Context) (int64, error) {
 	}
 	rev := resp.Header.Revision
 	t.s.noteWrite(rev)
+	for _, fn := range t.after {
+		fn()
+	}
 	return rev, nil
 }
 

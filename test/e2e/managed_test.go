@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
+	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/provision/local"
 	"github.com/capstanhq/capstan/internal/server"
 	"github.com/capstanhq/capstan/internal/testenv"
@@ -141,6 +142,19 @@ func TestAutoRepairReplacesInstance(t *testing.T) {
 	eventually(t, 30*time.Second, "instance drained by auto-repair", func() bool {
 		s := aws.ToString(f.instance(old).Status)
 		return s == "DRAINING" || s == "INACTIVE"
+	})
+	// The drain is in the recorded history too.
+	eventually(t, 10*time.Second, "auto-repair drain event", func() bool {
+		out, err := f.srv.Service.ListEvents(ctx, &control.ListEventsRequest{Cluster: f.cluster, DetailType: "ECS Container Instance State Change", Resource: old})
+		if err != nil {
+			return false
+		}
+		for _, ev := range out.Events {
+			if strings.Contains(string(ev.Detail), `"DRAINING"`) && strings.Contains(string(ev.Detail), "auto-repair") {
+				return true
+			}
+		}
+		return false
 	})
 	var moved types.Task
 	eventually(t, 180*time.Second, "service task running on a replacement", func() bool {
