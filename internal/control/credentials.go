@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 
 	"github.com/capstanhq/capstan/internal/api"
@@ -109,21 +108,12 @@ func (s *Service) CreateAgentCredential(ctx context.Context, req *CreateAgentCre
 // MintAgentCredential returns a new, unsaved agent credential.
 func (s *Service) MintAgentCredential(cluster, description string) store.AgentCredential {
 	return store.AgentCredential{
-		AccessKeyID:     "CSAG" + randomText(16, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"),
-		SecretAccessKey: randomText(40, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"),
+		AccessKeyID:     auth.NewAccessKeyID("CSAG"),
+		SecretAccessKey: auth.NewSecretAccessKey(),
 		Cluster:         cluster,
 		CreatedAt:       s.now(),
 		Description:     description,
 	}
-}
-
-func randomText(n int, alphabet string) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
 }
 
 func (s *Service) registerExtensions(h *api.Handler) {

@@ -4,7 +4,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -159,7 +158,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	verifier := &auth.Verifier{Lookup: auth.Chain(auth.NewStaticLookup(admin), svc.Credentials())}
 	h := api.NewHandler(verifier, control.Authorize, cfg.Log)
 	svc.Register(h)
-	serverID := addr + "/" + randomString(8, upperAlnum)
+	serverID := addr + "/" + auth.NewAccessKeyID("")[:8]
 	var prov provision.Provisioner
 	if cfg.Provisioner == "local" {
 		rt, err := docker.New(docker.Options{})
@@ -294,7 +293,7 @@ func adminCredential(cfg Config) (auth.Credential, bool, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return auth.Credential{}, false, fmt.Errorf("read %s: %w", path, err)
 	}
-	f := credentialFile{AccessKeyID: "CSAK" + randomString(16, upperAlnum), SecretAccessKey: randomString(40, secretAlphabet)}
+	f := credentialFile{AccessKeyID: auth.NewAccessKeyID("CSAK"), SecretAccessKey: auth.NewSecretAccessKey()}
 	b, _ := json.MarshalIndent(f, "", "  ")
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
@@ -304,16 +303,4 @@ func adminCredential(cfg Config) (auth.Credential, bool, error) {
 		return auth.Credential{}, false, fmt.Errorf("write %s: %w", path, err)
 	}
 	return auth.Credential{AccessKeyID: f.AccessKeyID, SecretAccessKey: f.SecretAccessKey, Role: auth.RoleAdmin}, true, nil
-}
-
-const upperAlnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-const secretAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
-func randomString(n int, alphabet string) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
 }
