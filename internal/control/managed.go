@@ -31,7 +31,6 @@ type ManagedInstance struct {
 	AccessKeyID      string    `json:"accessKeyId"`
 	CPU              int       `json:"cpu"`
 	MemoryMiB        int       `json:"memoryMiB"`
-	Slot             int       `json:"slot"` // distinguishes instances sharing a host (daemon address)
 	LaunchedAt       time.Time `json:"launchedAt"`
 	// IdleSince is when the instance last had no application task.
 	IdleSince time.Time `json:"idleSince,omitzero"`

@@ -216,7 +216,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			later(wait)
 			continue
 		}
-		if err := r.launch(ctx, cp.Cluster, name, t, managed); err != nil {
+		if err := r.launch(ctx, cp.Cluster, name, t); err != nil {
 			r.Log.Error("launch managed instance", "capacity_provider", name, "err", err)
 			later(5 * time.Second)
 			continue
@@ -255,23 +255,15 @@ func (r *Reconciler) size(ctx context.Context, cluster, cpName string, t store.T
 	return max(cpu, tc+dc), max(mem, tm+dm), nil
 }
 
-func (r *Reconciler) launch(ctx context.Context, cluster, cp string, t store.Task, managed []store.Item[control.ManagedInstance]) error {
+func (r *Reconciler) launch(ctx context.Context, cluster, cp string, t store.Task) error {
 	cpu, mem, err := r.size(ctx, cluster, cp, t)
 	if err != nil {
 		return err
 	}
-	used := map[int]bool{}
-	for _, m := range managed {
-		used[m.Value.Slot] = true
-	}
-	slot := 0
-	for used[slot] {
-		slot++
-	}
 	var b [6]byte
 	rand.Read(b[:])
 	m, cred, err := r.Svc.NewManagedInstance(ctx, control.ManagedInstance{ID: "mi-" + hex.EncodeToString(b[:]), Cluster: cluster,
-		CapacityProvider: cp, Provisioner: r.Provisioner.Name(), CPU: cpu, MemoryMiB: mem, Slot: slot})
+		CapacityProvider: cp, Provisioner: r.Provisioner.Name(), CPU: cpu, MemoryMiB: mem})
 	if err != nil {
 		return err
 	}
