@@ -128,6 +128,47 @@ type DaemonDeployment struct {
 	SourceRevisionArns []string `json:"capstanSourceRevisionArns,omitempty"`
 	// CapacityProviderArns in scope: the target's plus the sources'.
 	CapacityProviderArns []string `json:"capstanCapacityProviderArns,omitempty"`
+	Rollout              Rollout  `json:"capstanRollout"`
+}
+
+// Rollout is the rollout engine's own record of a deployment: what it is
+// replacing now and why it may not be moving.
+type Rollout struct {
+	// BatchSize is how many instances may be replaced at once.
+	BatchSize int `json:"batchSize,omitempty"`
+	// Replacing are the instances (container instance IDs) of the current
+	// batch: draining, with a replacement launched for managed ones.
+	Replacing []string `json:"replacing,omitempty"`
+	// Replaced counts instances the deployment has finished replacing.
+	Replaced int `json:"replaced,omitempty"`
+	// LastProgressAt is when an instance last reached the target; the
+	// progress deadline counts from it.
+	LastProgressAt time.Time `json:"lastProgressAt,omitzero"`
+	// BakeUntil is the end of the bake window, once every instance is on
+	// the target.
+	BakeUntil time.Time `json:"bakeUntil,omitzero"`
+	// FiringAtStart are alarms already firing when the deployment started;
+	// they are ignored.
+	FiringAtStart []string `json:"firingAtStart,omitempty"`
+	// Stalled says why the rollout is not progressing: "" when it is.
+	Stalled *Stall `json:"stalled,omitempty"`
+	// StopReasons are the latest stop reasons of failed target tasks.
+	StopReasons []string `json:"stopReasons,omitempty"`
+}
+
+// Stall kinds: a bad release, instances that cannot be provisioned, or
+// instances that are unhealthy or lost.
+const (
+	StallRevisionFailing    = "REVISION_FAILING"
+	StallProvisioning       = "PROVISIONING"
+	StallInstancesUnhealthy = "INSTANCES_UNHEALTHY"
+)
+
+// Stall is why a rollout does not progress, in words.
+type Stall struct {
+	Kind    string    `json:"kind"`
+	Message string    `json:"message"`
+	Since   time.Time `json:"since"`
 }
 
 func ContainerInstancePrefix(cluster string) string { return "containerinstances/" + cluster + "/" }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -177,4 +178,14 @@ func (r *Reconciler) instances(ctx context.Context, dep store.DaemonDeployment) 
 		}
 	}
 	return n, nil
+}
+
+// BatchSize is how many of n instances a batch replaces: drainPercent of
+// them rounded up, at least 1 (and 1 for a drainPercent of 0).
+func BatchSize(n int, drainPercent float64) int {
+	if n <= 0 {
+		return 1
+	}
+	b := int(math.Ceil(float64(n) * drainPercent / 100))
+	return min(max(b, 1), n)
 }
