@@ -58,27 +58,3 @@ func (s *Service) DaemonCounts(ctx context.Context, cluster, daemon string, cpAr
 	}
 	return out, nil
 }
-
-// DeploymentProgress is how many instances a deployment covers and how many
-// still have to change: for a target revision, instances not yet running
-// it; for a delete, instances still running the daemon.
-func (s *Service) DeploymentProgress(ctx context.Context, dep store.DaemonDeployment) (total, remaining int, err error) {
-	counts, err := s.DaemonCounts(ctx, dep.Cluster, dep.Daemon, dep.CapacityProviderArns)
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, c := range counts {
-		total += c.Instances
-		if dep.TargetRevisionArn == "" {
-			for _, n := range c.Running {
-				remaining += n
-			}
-			for _, n := range c.Draining {
-				remaining += n
-			}
-			continue
-		}
-		remaining += c.Instances - c.Running[dep.TargetRevisionArn] - c.Draining[dep.TargetRevisionArn]
-	}
-	return total, remaining, nil
-}

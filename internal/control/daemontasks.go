@@ -28,12 +28,15 @@ func DaemonPlacementPrefix(cluster, instance string) string {
 
 // DaemonPlacement is a daemon's task on one instance.
 type DaemonPlacement struct {
-	Daemon      string    `json:"daemon"`
-	TaskID      string    `json:"taskId"`
-	RevisionArn string    `json:"revisionArn"`
-	Attempts    int       `json:"attempts"`    // failed starts in a row
-	LastFailure time.Time `json:"lastFailure"` // of the latest failed start
-	Failure     string    `json:"failure,omitempty"`
+	Daemon      string `json:"daemon"`
+	TaskID      string `json:"taskId"`
+	RevisionArn string `json:"revisionArn"`
+	// TaskRevisionArn is the revision TaskID runs; a rollout that changes
+	// a hand-started instance in place sets RevisionArn ahead of it.
+	TaskRevisionArn string    `json:"taskRevisionArn,omitempty"`
+	Attempts        int       `json:"attempts"`    // failed starts in a row
+	LastFailure     time.Time `json:"lastFailure"` // of the latest failed start
+	Failure         string    `json:"failure,omitempty"`
 }
 
 // DaemonDefinition turns a daemon task definition into the task definition
@@ -83,7 +86,8 @@ func (s *Service) DaemonsFor(ctx context.Context, cluster, capacityProvider stri
 	arn := s.arns.capacityProvider(capacityProvider)
 	var out []store.Daemon
 	for _, it := range items {
-		if it.Value.Status == "ACTIVE" && slices.Contains(it.Value.Spec.CapacityProviderArns, arn) {
+		// A daemon rolled back from its first revision runs nowhere.
+		if it.Value.Status == "ACTIVE" && it.Value.RevisionArn != "" && slices.Contains(it.Value.Spec.CapacityProviderArns, arn) {
 			out = append(out, it.Value)
 		}
 	}
@@ -160,7 +164,7 @@ func (s *Service) StartDaemonTask(ctx context.Context, ci store.ContainerInstanc
 		}
 		t, desired := s.newTask(ci.Cluster, d.ClusterArn, inst.Value, store.TaskDefinition{TaskDefinition: def}, r.group, r, n)
 		t.Kind, desired.Kind = protocol.KindDaemon, protocol.KindDaemon
-		placement := DaemonPlacement{Daemon: d.Name, RevisionArn: revisionArn, TaskID: t.ID}
+		placement := DaemonPlacement{Daemon: d.Name, RevisionArn: revisionArn, TaskRevisionArn: revisionArn, TaskID: t.ID}
 		pkey := DaemonPlacementKey(ci.Cluster, ci.ID, d.Name)
 		tx := s.st.Txn()
 		if prev != nil {

@@ -34,6 +34,11 @@ type ManagedInstance struct {
 	LaunchedAt       time.Time `json:"launchedAt"`
 	// IdleSince is when the instance last had no application task.
 	IdleSince time.Time `json:"idleSince,omitzero"`
+	// Requested instances are launch requests made by a daemon rollout
+	// (to replace instance Replaces); the instances controller launches
+	// them and sets Handle.
+	Requested bool   `json:"requested,omitempty"`
+	Replaces  string `json:"replaces,omitempty"`
 	// Terminating is set once the instance is being removed.
 	Terminating bool   `json:"terminating,omitempty"`
 	Reason      string `json:"reason,omitempty"`

@@ -61,8 +61,17 @@ type Config struct {
 	AgentBinary string
 	// AgentEnv adds settings to every provisioned agent.
 	AgentEnv map[string]string
+	// Alarms answers which deployment alarms fire (nil: none configured).
+	Alarms deployments.AlarmSource
+	// ProgressDeadline stops a daemon rollout without progress for this
+	// long; 0 means DefaultProgressDeadline, negative never.
+	ProgressDeadline time.Duration
 	Log      *slog.Logger
 }
+
+// DefaultProgressDeadline is how long a daemon rollout may make no
+// progress before it stops.
+const DefaultProgressDeadline = 30 * time.Minute
 
 var accountPattern = regexp.MustCompile(`^[0-9]{12}$`)
 var regionPattern = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`)
@@ -95,6 +104,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.ProgressDeadline == 0 {
+		c.ProgressDeadline = DefaultProgressDeadline
 	}
 	switch c.Provisioner {
 	case "":
@@ -231,8 +243,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 
 func runControllers(ctx context.Context, st *store.Store, svc *control.Service, prov provision.Provisioner, cfg Config) {
 	log := cfg.Log
-	dep := &deployments.Reconciler{Store: st, Now: time.Now, Log: log, DaemonRemoved: svc.FinishDaemonTaskDefinitionDeletes, Emit: svc.Events().Record,
-		Progress: svc.DeploymentProgress}
+	dep := &deployments.Reconciler{Store: st, Fleet: svc.Rollout(), Alarms: cfg.Alarms, ProgressDeadline: max(cfg.ProgressDeadline, 0),
+		Now: time.Now, Log: log, DaemonRemoved: svc.FinishDaemonTaskDefinitionDeletes, Emit: svc.Events().Record}
 	svcs := &services.Reconciler{Store: st, Tasks: svc, Now: time.Now, Log: log}
 	dmn := &daemons.Reconciler{Store: st, Svc: svc, Now: time.Now, Log: log, Impaired: svc.DaemonStartImpaired}
 	loops := []*controller.Loop{

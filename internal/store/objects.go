@@ -136,9 +136,14 @@ type DaemonDeployment struct {
 type Rollout struct {
 	// BatchSize is how many instances may be replaced at once.
 	BatchSize int `json:"batchSize,omitempty"`
-	// Replacing are the instances (container instance IDs) of the current
-	// batch: draining, with a replacement launched for managed ones.
-	Replacing []string `json:"replacing,omitempty"`
+	// Replacing is the current batch.
+	Replacing []Replacement `json:"replacing,omitempty"`
+	// OnTarget is how many instances ran the target at the last look.
+	OnTarget int `json:"onTarget,omitempty"`
+	// RollbackFailures counts failed starts of the rollback target.
+	RollbackFailures int `json:"rollbackFailures,omitempty"`
+	// AlarmError is why the alarms could not be read at the last look.
+	AlarmError string `json:"alarmError,omitempty"`
 	// Replaced counts instances the deployment has finished replacing.
 	Replaced int `json:"replaced,omitempty"`
 	// LastProgressAt is when an instance last reached the target; the
@@ -154,6 +159,15 @@ type Rollout struct {
 	Stalled *Stall `json:"stalled,omitempty"`
 	// StopReasons are the latest stop reasons of failed target tasks.
 	StopReasons []string `json:"stopReasons,omitempty"`
+}
+
+// Replacement is one instance of a rollout batch: a managed instance is
+// drained and replaced by a new one (ManagedInstance names it); an
+// instance Capstan did not provision is changed in place.
+type Replacement struct {
+	Instance        string `json:"instance"`
+	ManagedInstance string `json:"managedInstance,omitempty"`
+	InPlace         bool   `json:"inPlace,omitempty"`
 }
 
 // Stall kinds: a bad release, instances that cannot be provisioned, or

@@ -102,7 +102,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 	if err != nil {
 		return 0, err
 	}
-	in := Input{Status: ci.Status, AutoRepair: true, Now: r.Now()}
+	in := Input{Status: ci.Status, AutoRepair: true, Now: r.Now(), Managed: r.Svc.Managed(ctx, ci)}
 	byID := map[string]store.Task{}
 	for _, t := range tasks {
 		byID[t.ID] = t
@@ -142,6 +142,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		}
 		if p, ok := placements[name]; ok {
 			d.Placed, d.PlacedRev, d.Attempts, d.LastFailure = true, p.Value.RevisionArn, p.Value.Attempts, p.Value.LastFailure
+			d.TaskRev = p.Value.TaskRevisionArn
 			if t, ok := byID[p.Value.TaskID]; ok {
 				d.TaskID, d.TaskLast, d.TaskDesired, d.TaskHealth, d.TaskReason = t.ID, t.LastStatus, t.DesiredStatus, t.HealthStatus, stopReason(t)
 				d.TaskStartedAt = t.StartedAt.Time
@@ -202,6 +203,9 @@ func (r *Reconciler) act(ctx context.Context, ci store.ContainerInstance, daemon
 			if r.Impaired != nil {
 				r.Impaired(ctx, ci, daemons[a.Daemon], "", "TASK_CREATION_FAILED", err.Error())
 			}
+			if err := r.Svc.CountDaemonFailure(ctx, ci.Cluster, a.Daemon, a.Revision, err.Error()); err != nil {
+				return err
+			}
 			later(30 * time.Second)
 			return nil
 		}
@@ -224,6 +228,9 @@ func (r *Reconciler) act(ctx context.Context, ci store.ContainerInstance, daemon
 			r.Impaired(ctx, ci, daemons[a.Daemon], r.Svc.TaskArn(ci.Cluster, p.Value.TaskID), "TASK_FAILED_TO_RUN", a.Reason)
 		}
 		if err := r.Svc.RecordDaemonFailure(ctx, ci.Cluster, ci.ID, p, a.Reason); err != nil {
+			return err
+		}
+		if err := r.Svc.CountDaemonFailure(ctx, ci.Cluster, a.Daemon, p.Value.RevisionArn, a.Reason); err != nil {
 			return err
 		}
 		// A start planned next must see the updated record.

@@ -17,8 +17,11 @@ type Daemon struct {
 	HealthCheck bool   // some container has a health check
 	Wanted      bool   // the daemon targets the instance's capacity provider
 	// Placement, when the daemon has one on the instance.
-	Placed      bool
-	PlacedRev   string
+	Placed    bool
+	PlacedRev string
+	// TaskRev is the revision the placement's task runs; it differs from
+	// PlacedRev while a rollout changes the instance in place.
+	TaskRev     string
 	Attempts    int
 	LastFailure time.Time
 	// Task is the placement's task: "" when there is none.
@@ -32,8 +35,11 @@ type Daemon struct {
 
 // Input is the instance and everything the planner needs about it.
 type Input struct {
-	Status         string // REGISTERING, ACTIVE, DRAINING
-	AutoRepair     bool
+	Status     string // REGISTERING, ACTIVE, DRAINING
+	AutoRepair bool
+	// Managed instances change daemons only by replacement: once ACTIVE
+	// they neither gain nor lose a daemon, a rollout replaces them.
+	Managed        bool
 	OtherLiveTasks int // non-daemon tasks not STOPPED
 	// Standalone lists the live standalone tasks (not of a service or a
 	// daemon) that are not being stopped yet.
@@ -87,7 +93,25 @@ func Plan(in Input) []Action {
 	criticalReady := true
 	for _, d := range in.Daemons {
 		live := d.TaskID != "" && d.TaskLast != "STOPPED"
+		moved := d.Placed && d.TaskRev != "" && d.TaskRev != d.PlacedRev
 		switch {
+		case !d.Wanted && !draining && in.Managed && in.Status != "REGISTERING" && d.Placed:
+			// Kept until a rollout replaces the instance.
+			if d.Critical && live && d.TaskLast != "RUNNING" {
+				criticalReady = false
+			}
+			continue
+		case d.Wanted && !draining && live && moved:
+			if d.TaskDesired != "STOPPED" {
+				acts = append(acts, Action{Kind: Stop, Daemon: d.Name, TaskID: d.TaskID, Reason: "Daemon deployment: replaced by revision " + d.PlacedRev})
+			}
+			if d.Critical {
+				criticalReady = false
+			}
+			continue
+		case d.Wanted && !draining && !d.Placed && in.Managed && in.Status != "REGISTERING":
+			// Added to an instance already serving: a rollout replaces it.
+			continue
 		case !d.Wanted || draining:
 			if live && d.TaskDesired != "STOPPED" {
 				if draining && in.OtherLiveTasks > 0 {
@@ -123,7 +147,7 @@ func Plan(in Input) []Action {
 			if d.Critical {
 				criticalReady = false
 			}
-			if d.TaskID != "" && d.TaskLast == "STOPPED" {
+			if d.TaskID != "" && d.TaskLast == "STOPPED" && !moved {
 				// The daemon's task stopped on its own: a failure.
 				acts = append(acts, Action{Kind: Failed, Daemon: d.Name, Reason: d.TaskReason})
 				if d.Critical && in.Status == "ACTIVE" && in.AutoRepair {

@@ -1,6 +1,10 @@
-// Package deployments drives daemon deployment records through their
-// states. This version settles deployments whose capacity providers have no
-// instances (nothing to replace); instance replacement plugs into Step.
+// Package deployments rolls daemon deployments out: batch by batch it
+// replaces the instances of the daemon's capacity providers that do not
+// run the target revision (managed instances are drained and replaced by
+// new ones, hand-started instances change in place), watches the circuit
+// breaker and the alarms, bakes, and rolls back towards the previous
+// revision when either trips. Plan holds the decisions; Reconcile reads
+// the fleet and carries them out.
 package deployments
 
 import (
@@ -8,7 +12,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
@@ -16,56 +20,38 @@ import (
 	"github.com/capstanhq/capstan/internal/store"
 )
 
+// Fleet is what the rollout reads and changes outside its own record.
+type Fleet interface {
+	// Instances lists the container instances of the deployment's
+	// capacity providers that are not INACTIVE.
+	Instances(ctx context.Context, dep store.DaemonDeployment) ([]Instance, error)
+	// ReplacementStates reports the state of managed instances by ID.
+	ReplacementStates(ctx context.Context, cluster string, ids []string) (map[string]string, error)
+	// Replace adds to tx what begins replacing one instance: a drain and
+	// a replacement launch request, or an in-place retarget.
+	Replace(ctx context.Context, tx *store.Txn, dep store.DaemonDeployment, s Start) (store.Replacement, error)
+}
+
+// AlarmSource answers which alarms are firing.
+type AlarmSource interface {
+	Firing(ctx context.Context, names []string) (map[string]bool, error)
+}
+
 // Reconciler advances one deployment per call.
 type Reconciler struct {
 	Store *store.Store
-	Now   func() time.Time
-	Log   *slog.Logger
+	Fleet Fleet
+	// Alarms is nil when the server has no alarm source.
+	Alarms AlarmSource
+	// ProgressDeadline stops a rollout without progress for this long
+	// (0: never).
+	ProgressDeadline time.Duration
+	Now              func() time.Time
+	Log              *slog.Logger
 	// DaemonRemoved runs after a DeleteDaemon deployment removed its daemon.
 	DaemonRemoved func(ctx context.Context) error
 	// Emit, when set, records an event; it must not fail the reconcile.
 	Emit func(ctx context.Context, cluster string, ev events.Event)
-	// Progress counts the instances a deployment covers and those that
-	// still have to change; nil counts container instances only.
-	Progress func(ctx context.Context, dep store.DaemonDeployment) (total, remaining int, err error)
-}
-
-// Step is the pure decision for a deployment given the world: whether its
-// daemon still points at it, how many instances of its capacity providers
-// exist, and how many of them have yet to change. It returns the next
-// record and whether it changed.
-func Step(dep store.DaemonDeployment, current bool, instances, remaining int, now time.Time) (store.DaemonDeployment, bool) {
-	if !InFlight(dep.Status) {
-		return dep, false
-	}
-	at := shapes.At(now)
-	if !current {
-		dep.Status = "STOPPED"
-		dep.StoppedAt = at
-		dep.StatusReason = "Superseded by a newer deployment."
-		complete(&dep)
-		return dep, true
-	}
-	switch dep.Status {
-	case "PENDING":
-		dep.Status = "IN_PROGRESS"
-		dep.StartedAt = at
-		if dep.CircuitBreaker != nil {
-			dep.CircuitBreaker.Threshold = ptr(int32(BreakerThreshold(instances)))
-		}
-		return dep, true
-	case "IN_PROGRESS":
-		if remaining == 0 {
-			// Every instance in scope is on the target (none, for a delete);
-			// new instances get the target revision when they register.
-			dep.Status = "SUCCESSFUL"
-			dep.FinishedAt = at
-			dep.StatusReason = "Deployment completed successfully."
-			complete(&dep)
-			return dep, true
-		}
-	}
-	return dep, false
 }
 
 func complete(dep *store.DaemonDeployment) {
@@ -93,8 +79,7 @@ func InFlight(status string) bool {
 
 func ptr[T any](v T) *T { return &v }
 
-// Reconcile advances the deployment at key until it settles or needs
-// instances replaced.
+// Reconcile advances the deployment at key until it waits for the fleet.
 func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, error) {
 	for {
 		it, err := store.Get[store.DaemonDeployment](ctx, r.Store, key)
@@ -112,22 +97,47 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return 0, err
 		}
-		current := err == nil && daemon.Value.DeploymentArn == dep.DaemonDeploymentArn
-		n, remaining, err := r.progress(ctx, dep)
-		if err != nil {
-			return 0, err
-		}
-		next, changed := Step(dep, current, n, remaining, r.Now())
-		if !changed {
-			if remaining > 0 && dep.Status == "IN_PROGRESS" {
-				// Daemon tasks change state on their own; look again soon.
-				return 2 * time.Second, nil
+		w := World{Current: err == nil && daemon.Value.DeploymentArn == dep.DaemonDeploymentArn, Now: r.Now(), Deadline: r.ProgressDeadline}
+		var rollbackTo *store.DaemonRevision
+		if w.Current {
+			if err := r.look(ctx, dep, &w); err != nil {
+				return 0, err
 			}
-			return 0, nil
+			if dep.Status == "STOP_REQUESTED" && dep.Rollback != nil && dep.Rollback.RollbackTargetDaemonRevisionArn != "" {
+				rev, err := store.Get[store.DaemonRevision](ctx, r.Store, store.DaemonRevisionKey(dep.Cluster, dep.Daemon, lastSegment(dep.Rollback.RollbackTargetDaemonRevisionArn)))
+				if err != nil {
+					return 0, err
+				}
+				rollbackTo = &rev.Value
+				w.RollbackCPs = rev.Value.CapacityProviderArns
+			}
 		}
-		tx := r.Store.Txn().Update(key, it.Rev, next)
+		dec := Plan(dep, w)
+		if !dec.Changed {
+			return dec.Requeue, nil
+		}
+		next := dec.Dep
+		tx := r.Store.Txn()
+		for _, s := range dec.Start {
+			e, err := r.Fleet.Replace(ctx, tx, next, s)
+			if err != nil {
+				return 0, err
+			}
+			next.Rollout.Replacing = append(next.Rollout.Replacing, e)
+		}
+		tx.Update(key, it.Rev, next)
 		removed := false
-		if current && next.Status == "SUCCESSFUL" && next.TargetRevisionArn == "" {
+		switch {
+		case dec.SwitchDaemon:
+			d := daemon.Value
+			d.RevisionArn = ""
+			if rollbackTo != nil {
+				d.RevisionArn = rollbackTo.DaemonRevisionArn
+				d.Spec = specOf(*rollbackTo)
+			}
+			d.UpdatedAt = w.Now
+			tx.Update(daemon.Key, daemon.Rev, d)
+		case w.Current && next.Status == "SUCCESSFUL" && next.TargetRevisionArn == "":
 			// A finished DeleteDaemon removes the daemon; its revisions and
 			// deployments stay describable.
 			tx.Delete(daemon.Key, daemon.Rev)
@@ -139,46 +149,80 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			}
 			return 0, err
 		}
-		r.Log.Info("daemon deployment", "deployment", dep.DaemonDeploymentArn, "from", dep.Status, "to", next.Status)
+		if dep.Status != next.Status {
+			r.Log.Info("daemon deployment", "deployment", dep.DaemonDeploymentArn, "from", dep.Status, "to", next.Status, "reason", next.StatusReason)
+		}
+		for _, s := range dec.Start {
+			r.Log.Info("daemon deployment replaces instance", "deployment", dep.DaemonDeploymentArn, "instance", s.Instance.Arn, "in_place", s.InPlace)
+		}
 		r.emitTransition(ctx, dep, next)
 		if removed && r.DaemonRemoved != nil {
 			if err := r.DaemonRemoved(ctx); err != nil {
 				return 0, err
 			}
 		}
+		if !InFlight(next.Status) {
+			return 0, nil
+		}
+		if dec.Requeue > 0 && len(dec.Start) == 0 && dep.Status == next.Status {
+			return dec.Requeue, nil
+		}
 	}
 }
 
-func (r *Reconciler) progress(ctx context.Context, dep store.DaemonDeployment) (int, int, error) {
-	if r.Progress != nil {
-		return r.Progress(ctx, dep)
+// look fills the world of a current deployment.
+func (r *Reconciler) look(ctx context.Context, dep store.DaemonDeployment, w *World) error {
+	var err error
+	if w.Instances, err = r.Fleet.Instances(ctx, dep); err != nil {
+		return err
 	}
-	n, err := r.instances(ctx, dep)
-	return n, n, err
-}
-
-// instances counts the container instances of the deployment's capacity
-// providers in its cluster.
-func (r *Reconciler) instances(ctx context.Context, dep store.DaemonDeployment) (int, error) {
-	items, _, err := store.List[store.ContainerInstance](ctx, r.Store, store.ContainerInstancePrefix(dep.Cluster), "", 0)
+	var ids []string
+	for _, e := range dep.Rollout.Replacing {
+		if e.ManagedInstance != "" {
+			ids = append(ids, e.ManagedInstance)
+		}
+	}
+	if len(ids) > 0 {
+		if w.Replacements, err = r.Fleet.ReplacementStates(ctx, dep.Cluster, ids); err != nil {
+			return err
+		}
+	}
+	names := alarmNames(dep)
+	if len(names) == 0 || (dep.Status != "PENDING" && dep.Status != "IN_PROGRESS") {
+		return nil
+	}
+	if r.Alarms == nil {
+		w.AlarmErr = "the server has no alarm source (--alarm-source)"
+		return nil
+	}
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	firing, err := r.Alarms.Firing(actx, names)
 	if err != nil {
-		return 0, err
+		w.AlarmErr = err.Error()
+		return nil
 	}
-	n := 0
-	for _, it := range items {
-		ci := it.Value
-		if ci.Status == "INACTIVE" {
-			continue
-		}
-		for _, cp := range dep.CapacityProviderArns {
-			if strings.HasSuffix(cp, ":capacity-provider/"+ci.CapacityProviderName) {
-				n++
-				break
-			}
-		}
-	}
-	return n, nil
+	w.Firing = firing
+	return nil
 }
+
+// specOf is the daemon configuration a revision snapshots.
+func specOf(rev store.DaemonRevision) store.DaemonSpec {
+	sp := store.DaemonSpec{TaskDefinitionArn: rev.DaemonTaskDefinitionArn, CapacityProviderArns: slices.Clone(rev.CapacityProviderArns),
+		DeploymentConfiguration: rev.DeploymentConfiguration, PropagateTags: rev.PropagateTags, Critical: true}
+	if rev.Critical != nil {
+		sp.Critical = *rev.Critical
+	}
+	if rev.EnableECSManagedTags != nil {
+		sp.EnableECSManagedTags = *rev.EnableECSManagedTags
+	}
+	if rev.EnableExecuteCommand != nil {
+		sp.EnableExecuteCommand = *rev.EnableExecuteCommand
+	}
+	return sp
+}
+
+var _ = shapes.At
 
 // BatchSize is how many of n instances a batch replaces: drainPercent of
 // them rounded up, at least 1 (and 1 for a drainPercent of 0).

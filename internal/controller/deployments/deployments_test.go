@@ -1,6 +1,7 @@
 package deployments
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -8,55 +9,188 @@ import (
 	"github.com/capstanhq/capstan/internal/store"
 )
 
+const (
+	cpA  = "arn:aws:ecs:us-east-1:000000000000:capacity-provider/a"
+	revO = "arn:aws:ecs:us-east-1:000000000000:daemon-revision/c/d/1"
+	revN = "arn:aws:ecs:us-east-1:000000000000:daemon-revision/c/d/2"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
 func deployment(status string) store.DaemonDeployment {
 	d := store.DaemonDeployment{}
 	d.Status = status
+	d.TargetRevisionArn = revN
+	d.SourceRevisionArns = []string{revO}
+	d.TargetDaemonRevision = &shapes.DaemonDeploymentRevisionDetail{Arn: revN, CapacityProviders: []shapes.DaemonDeploymentCapacityProvider{{Arn: cpA}}}
+	d.CapacityProviderArns = []string{cpA}
+	d.DeploymentConfiguration = &shapes.DaemonDeploymentConfiguration{DrainPercent: ptr(50.0), BakeTimeInMinutes: ptr(int32(0))}
 	d.CircuitBreaker = &shapes.DaemonCircuitBreaker{Status: "MONITORING", Threshold: ptr(int32(3)), FailureCount: ptr(int32(0))}
-	d.Alarms = &shapes.DaemonDeploymentAlarms{Status: "MONITORING"}
+	d.Alarms = &shapes.DaemonDeploymentAlarms{Status: "DISABLED"}
 	return d
 }
 
-func TestStep(t *testing.T) {
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	cases := []struct {
-		name      string
-		status    string
-		current   bool
-		instances int
-		want      string
-		changed   bool
-		breaker   string
-	}{
-		{"pending starts", "PENDING", true, 0, "IN_PROGRESS", true, "MONITORING"},
-		{"empty capacity completes", "IN_PROGRESS", true, 0, "SUCCESSFUL", true, "MONITORING_COMPLETE"},
-		{"instances still to change wait", "IN_PROGRESS", true, 4, "IN_PROGRESS", false, "MONITORING"},
-		{"superseded pending stops", "PENDING", false, 0, "STOPPED", true, "MONITORING_COMPLETE"},
-		{"superseded running stops", "IN_PROGRESS", false, 3, "STOPPED", true, "MONITORING_COMPLETE"},
-		{"finished stays", "SUCCESSFUL", false, 0, "SUCCESSFUL", false, "MONITORING"},
-		{"stopped stays", "STOPPED", true, 0, "STOPPED", false, "MONITORING"},
+func fleet(n int, rev string, running bool) []Instance {
+	var out []Instance
+	for i := range n {
+		id := string(rune('a' + i))
+		out = append(out, Instance{ID: id, Arn: "arn:ci/" + id, CapacityProvider: cpA, Status: "ACTIVE", RegisteredAt: t0.Add(time.Duration(i) * time.Second),
+			Managed: true, Connected: true, Revision: rev, Running: running})
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, changed := Step(deployment(tc.status), tc.current, tc.instances, tc.instances, now)
-			if got.Status != tc.want || changed != tc.changed || got.CircuitBreaker.Status != tc.breaker {
-				t.Fatalf("got %s changed=%v breaker=%s, want %s changed=%v breaker=%s",
-					got.Status, changed, got.CircuitBreaker.Status, tc.want, tc.changed, tc.breaker)
-			}
-			switch got.Status {
-			case "IN_PROGRESS":
-				if changed && !got.StartedAt.Equal(now) {
-					t.Fatalf("startedAt %v", got.StartedAt)
-				}
-			case "SUCCESSFUL":
-				if changed && (!got.FinishedAt.Equal(now) || got.StatusReason == "") {
-					t.Fatalf("finishedAt %v reason %q", got.FinishedAt, got.StatusReason)
-				}
-			case "STOPPED":
-				if changed && (!got.StoppedAt.Equal(now) || got.StatusReason == "") {
-					t.Fatalf("stoppedAt %v reason %q", got.StoppedAt, got.StatusReason)
-				}
-			}
-		})
+	return out
+}
+
+func TestStartComputesBatchAndThreshold(t *testing.T) {
+	d := Plan(deployment("PENDING"), World{Current: true, Instances: fleet(8, revO, true), Now: t0})
+	if d.Dep.Status != "IN_PROGRESS" || d.Dep.Rollout.BatchSize != 4 || *d.Dep.CircuitBreaker.Threshold != 4 || !d.Dep.StartedAt.Equal(t0) {
+		t.Fatalf("status %s batch %d threshold %d", d.Dep.Status, d.Dep.Rollout.BatchSize, *d.Dep.CircuitBreaker.Threshold)
+	}
+}
+
+func TestBatchesReplaceOldestFirstAndWait(t *testing.T) {
+	dep := Plan(deployment("PENDING"), World{Current: true, Instances: fleet(4, revO, true), Now: t0}).Dep
+	d := Plan(dep, World{Current: true, Instances: fleet(4, revO, true), Now: t0})
+	if len(d.Start) != 2 || d.Start[0].Instance.ID != "a" || d.Start[1].Instance.ID != "b" || d.Start[0].InPlace || d.Start[0].Target != revN {
+		t.Fatalf("first batch %+v", d.Start)
+	}
+	// The batch in flight: nothing new starts until its instances are gone
+	// and their replacements are past REGISTERING.
+	dep = d.Dep
+	dep.Rollout.Replacing = []store.Replacement{{Instance: "a", ManagedInstance: "mi-1"}, {Instance: "b", ManagedInstance: "mi-2"}}
+	inst := fleet(4, revO, true)
+	inst[0].Status, inst[1].Status = "DRAINING", "DRAINING"
+	if d := Plan(dep, World{Current: true, Instances: inst, Now: t0.Add(time.Second)}); len(d.Start) != 0 {
+		t.Fatalf("started %+v while the batch drains", d.Start)
+	}
+	inst = append(inst[2:], Instance{ID: "n1", CapacityProvider: cpA, Status: "REGISTERING", Managed: true, Connected: true, Revision: revN})
+	d = Plan(dep, World{Current: true, Instances: inst, Now: t0.Add(2 * time.Second), Replacements: map[string]string{"mi-1": "REGISTERING", "mi-2": "ACTIVE"}})
+	if len(d.Start) != 0 || len(d.Dep.Rollout.Replacing) != 1 || d.Dep.Rollout.Replaced != 1 {
+		t.Fatalf("start %+v replacing %+v", d.Start, d.Dep.Rollout.Replacing)
+	}
+	inst[2].Status, inst[2].Running = "ACTIVE", true
+	inst = append(inst, Instance{ID: "n2", CapacityProvider: cpA, Status: "ACTIVE", Managed: true, Connected: true, Revision: revN, Running: true})
+	d = Plan(d.Dep, World{Current: true, Instances: inst, Now: t0.Add(3 * time.Second), Replacements: map[string]string{"mi-1": "ACTIVE"}})
+	if len(d.Start) != 2 || d.Start[0].Instance.ID != "c" || d.Dep.Rollout.Replaced != 2 {
+		t.Fatalf("second batch %+v replaced %d", d.Start, d.Dep.Rollout.Replaced)
+	}
+}
+
+func TestCompletesAfterBake(t *testing.T) {
+	dep := deployment("IN_PROGRESS")
+	dep.DeploymentConfiguration.BakeTimeInMinutes = ptr(int32(2))
+	inst := fleet(3, revN, true)
+	d := Plan(dep, World{Current: true, Instances: inst, Now: t0})
+	if d.Dep.Status != "IN_PROGRESS" || !d.Dep.Rollout.BakeUntil.Equal(t0.Add(2*time.Minute)) {
+		t.Fatalf("bake: %s until %v", d.Dep.Status, d.Dep.Rollout.BakeUntil)
+	}
+	d = Plan(d.Dep, World{Current: true, Instances: inst, Now: t0.Add(2 * time.Minute)})
+	if d.Dep.Status != "SUCCESSFUL" || !d.Dep.FinishedAt.Equal(t0.Add(2*time.Minute)) || d.Dep.CircuitBreaker.Status != "MONITORING_COMPLETE" {
+		t.Fatalf("after bake: %s", d.Dep.Status)
+	}
+	// Without bake time it completes at once; an instance on the target
+	// whose daemon is not running holds it.
+	inst[1].Running = false
+	if d := Plan(deployment("IN_PROGRESS"), World{Current: true, Instances: inst, Now: t0}); d.Dep.Status != "IN_PROGRESS" || len(d.Start) != 0 {
+		t.Fatalf("not running: %s, start %v", d.Dep.Status, d.Start)
+	}
+}
+
+func TestBreakerTripsAndRollsBack(t *testing.T) {
+	dep := deployment("IN_PROGRESS")
+	dep.CircuitBreaker.FailureCount = ptr(int32(3))
+	d := Plan(dep, World{Current: true, Instances: fleet(2, revO, true), Now: t0})
+	if d.Dep.Status != "STOP_REQUESTED" || d.Dep.CircuitBreaker.Status != "TRIGGERED" || d.Dep.Rollback.RollbackTargetDaemonRevisionArn != revO {
+		t.Fatalf("%s %+v", d.Dep.Status, d.Dep.Rollback)
+	}
+	d = Plan(d.Dep, World{Current: true, Instances: fleet(2, revO, true), Now: t0, RollbackCPs: []string{cpA}})
+	if d.Dep.Status != "ROLLBACK_IN_PROGRESS" || !d.SwitchDaemon {
+		t.Fatalf("%s switch %v", d.Dep.Status, d.SwitchDaemon)
+	}
+	// Instances on the new revision are replaced back; then it succeeds.
+	inst := append(fleet(1, revO, true), fleet(2, revN, false)[1])
+	r := Plan(d.Dep, World{Current: true, Instances: inst, Now: t0})
+	if len(r.Start) != 1 || r.Start[0].Instance.ID != "b" || r.Start[0].Target != revO {
+		t.Fatalf("rollback batch %+v", r.Start)
+	}
+	r = Plan(d.Dep, World{Current: true, Instances: fleet(2, revO, true), Now: t0})
+	if r.Dep.Status != "ROLLBACK_SUCCESSFUL" || r.Dep.FinishedAt.IsZero() {
+		t.Fatalf("%s", r.Dep.Status)
+	}
+}
+
+func TestAlarms(t *testing.T) {
+	dep := deployment("PENDING")
+	dep.Alarms = &shapes.DaemonDeploymentAlarms{Status: "MONITORING", AlarmNames: []string{"old", "new"}}
+	d := Plan(dep, World{Current: true, Instances: fleet(2, revO, true), Now: t0, Firing: map[string]bool{"old": true}})
+	if len(d.Dep.Rollout.FiringAtStart) != 1 {
+		t.Fatalf("firing at start %v", d.Dep.Rollout.FiringAtStart)
+	}
+	// Already firing at the start: ignored.
+	if r := Plan(d.Dep, World{Current: true, Instances: fleet(2, revO, true), Now: t0, Firing: map[string]bool{"old": true}}); r.Dep.Status != "IN_PROGRESS" {
+		t.Fatalf("ignored alarm stopped the rollout: %s", r.Dep.Status)
+	}
+	r := Plan(d.Dep, World{Current: true, Instances: fleet(2, revO, true), Now: t0, Firing: map[string]bool{"old": true, "new": true}})
+	if r.Dep.Status != "STOP_REQUESTED" || r.Dep.Alarms.Status != "TRIGGERED" || strings.Join(r.Dep.Alarms.TriggeredAlarmNames, ",") != "new" {
+		t.Fatalf("%s %+v", r.Dep.Status, r.Dep.Alarms)
+	}
+	// During the bake window too.
+	bake := deployment("IN_PROGRESS")
+	bake.Alarms = &shapes.DaemonDeploymentAlarms{Status: "MONITORING", AlarmNames: []string{"new"}}
+	bake.Rollout.BakeUntil = t0.Add(time.Minute)
+	if r := Plan(bake, World{Current: true, Instances: fleet(2, revN, true), Now: t0, Firing: map[string]bool{"new": true}}); r.Dep.Status != "STOP_REQUESTED" {
+		t.Fatalf("alarm during bake: %s", r.Dep.Status)
+	}
+}
+
+func TestSupersededStops(t *testing.T) {
+	d := Plan(deployment("IN_PROGRESS"), World{Current: false, Now: t0})
+	if d.Dep.Status != "STOPPED" || !d.Dep.StoppedAt.Equal(t0) || d.Dep.CircuitBreaker.Status != "MONITORING_COMPLETE" {
+		t.Fatalf("%s", d.Dep.Status)
+	}
+}
+
+func TestStallAndDeadline(t *testing.T) {
+	dep := deployment("IN_PROGRESS")
+	dep.Rollout.LastProgressAt = t0
+	dep.Rollout.Replacing = []store.Replacement{{Instance: "a", ManagedInstance: "mi-1"}}
+	inst := fleet(2, revO, true)
+	inst[0].Status = "DRAINING"
+	w := World{Current: true, Instances: inst, Now: t0.Add(StallAfter), Replacements: map[string]string{"mi-1": ReplacementLaunching}, Deadline: time.Minute}
+	d := Plan(dep, w)
+	if d.Dep.Rollout.Stalled == nil || d.Dep.Rollout.Stalled.Kind != store.StallProvisioning {
+		t.Fatalf("stall %+v", d.Dep.Rollout.Stalled)
+	}
+	dep.Rollout.StopReasons = []string{"Essential container in task exited"}
+	dep.CircuitBreaker.FailureCount = ptr(int32(1))
+	if d := Plan(dep, w); d.Dep.Rollout.Stalled.Kind != store.StallRevisionFailing || !strings.Contains(d.Dep.Rollout.Stalled.Message, "exited") {
+		t.Fatalf("stall %+v", d.Dep.Rollout.Stalled)
+	}
+	w.Now = t0.Add(time.Minute)
+	if d := Plan(dep, w); d.Dep.Status != "STOPPED" || !strings.Contains(d.Dep.StatusReason, "No progress") {
+		t.Fatalf("deadline: %s %q", d.Dep.Status, d.Dep.StatusReason)
+	}
+}
+
+func TestInPlaceForHandStartedInstances(t *testing.T) {
+	inst := fleet(2, revO, true)
+	inst[0].Managed = false
+	dep := deployment("IN_PROGRESS")
+	dep.Rollout.BatchSize = 2
+	d := Plan(dep, World{Current: true, Instances: inst, Now: t0})
+	if len(d.Start) != 2 || !d.Start[0].InPlace || d.Start[1].InPlace {
+		t.Fatalf("%+v", d.Start)
+	}
+}
+
+func TestBatchSize(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		p    float64
+		want int
+	}{{4, 25, 1}, {4, 50, 2}, {8, 25, 2}, {5, 25, 2}, {3, 0, 1}, {10, 100, 10}, {0, 25, 1}} {
+		if got := BatchSize(c.n, c.p); got != c.want {
+			t.Errorf("BatchSize(%d, %v) = %d, want %d", c.n, c.p, got, c.want)
+		}
 	}
 }
 
@@ -65,16 +199,5 @@ func TestBreakerThreshold(t *testing.T) {
 		if got := BreakerThreshold(n); got != want {
 			t.Errorf("BreakerThreshold(%d) = %d, want %d", n, got, want)
 		}
-	}
-}
-
-func TestStepCompletesWhenNothingRemains(t *testing.T) {
-	got, changed := Step(deployment("IN_PROGRESS"), true, 3, 0, time.Now())
-	if !changed || got.Status != "SUCCESSFUL" {
-		t.Fatalf("3 instances all on target: %s", got.Status)
-	}
-	got, changed = Step(deployment("IN_PROGRESS"), true, 3, 1, time.Now())
-	if changed || got.Status != "IN_PROGRESS" {
-		t.Fatalf("one instance left: %s", got.Status)
 	}
 }

@@ -154,6 +154,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			return 0, err
 		}
 		switch {
+		case m.Value.Requested && m.Value.Handle == "" && !m.Value.Terminating && cp.Status != "INACTIVE":
+			// A daemon rollout asked for this replacement.
+			starting++
+			if wait := r.launchWait(name, now); wait > 0 {
+				later(wait)
+				continue
+			}
+			if err := r.start(ctx, m); err != nil {
+				r.Log.Error("launch replacement instance", "capacity_provider", name, "instance", m.Value.ID, "err", err)
+				r.failed(name, now)
+			}
+			later(time.Second)
 		case cp.Status == "INACTIVE" || m.Value.Terminating || (registered && ci.Status == "INACTIVE"):
 			if err := r.terminate(ctx, m, registered, ci, "instance retired"); err != nil {
 				return 0, err
@@ -262,16 +274,30 @@ func (r *Reconciler) launch(ctx context.Context, cluster, cp string, t store.Tas
 	}
 	var b [6]byte
 	rand.Read(b[:])
-	m, cred, err := r.Svc.NewManagedInstance(ctx, control.ManagedInstance{ID: "mi-" + hex.EncodeToString(b[:]), Cluster: cluster,
+	m, _, err := r.Svc.NewManagedInstance(ctx, control.ManagedInstance{ID: "mi-" + hex.EncodeToString(b[:]), Cluster: cluster,
 		CapacityProvider: cp, Provisioner: r.Provisioner.Name(), CPU: cpu, MemoryMiB: mem})
+	if err != nil {
+		return err
+	}
+	it, err := store.Get[control.ManagedInstance](ctx, r.Store, control.ManagedInstanceKey(cluster, m.ID))
+	if err != nil {
+		return err
+	}
+	return r.start(ctx, it)
+}
+
+// start asks the provisioner for a recorded instance and notes its handle.
+func (r *Reconciler) start(ctx context.Context, it store.Item[control.ManagedInstance]) error {
+	m := it.Value
+	cred, err := store.Get[store.AgentCredential](ctx, r.Store, store.CredentialKey(m.AccessKeyID))
 	if err != nil {
 		return err
 	}
 	env := map[string]string{
 		"CAPSTAN_ENDPOINT":      r.Svc.Endpoint(),
-		"ECS_CLUSTER":           cluster,
-		"AWS_ACCESS_KEY_ID":     cred.AccessKeyID,
-		"AWS_SECRET_ACCESS_KEY": cred.SecretAccessKey,
+		"ECS_CLUSTER":           m.Cluster,
+		"AWS_ACCESS_KEY_ID":     cred.Value.AccessKeyID,
+		"AWS_SECRET_ACCESS_KEY": cred.Value.SecretAccessKey,
 		"AWS_REGION":            "us-east-1",
 		"CAPSTAN_METRICS_ADDR":  "127.0.0.1:0",
 		"CAPSTAN_METADATA_ADDR": "0.0.0.0:0",
@@ -282,16 +308,21 @@ func (r *Reconciler) launch(ctx context.Context, cluster, cp string, t store.Tas
 	for k, v := range r.AgentEnv {
 		env[k] = v
 	}
-	handle, err := r.Provisioner.Launch(ctx, provision.Request{ID: m.ID, Cluster: cluster, CapacityProvider: cp, CPU: cpu, MemoryMiB: mem, Env: env})
+	handle, err := r.Provisioner.Launch(ctx, provision.Request{ID: m.ID, Cluster: m.Cluster, CapacityProvider: m.CapacityProvider, CPU: m.CPU, MemoryMiB: m.MemoryMiB, Env: env})
 	if err != nil {
 		return err
 	}
-	it, err := store.Get[control.ManagedInstance](ctx, r.Store, control.ManagedInstanceKey(cluster, m.ID))
-	if err != nil {
+	// The handle must stick: without it the instance would be launched twice.
+	return store.Retry(ctx, func() error {
+		cur, err := store.Get[control.ManagedInstance](ctx, r.Store, it.Key)
+		if err != nil {
+			return err
+		}
+		v := cur.Value
+		v.Handle, v.Provisioner, v.LaunchedAt = handle, r.Provisioner.Name(), r.Now()
+		_, err = r.Store.Txn().Update(cur.Key, cur.Rev, v).Commit(ctx)
 		return err
-	}
-	it.Value.Handle = handle
-	return r.Svc.UpdateManagedInstance(ctx, it)
+	})
 }
 
 // scaleIn drains an instance without application tasks once it has been

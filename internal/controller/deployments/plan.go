@@ -1,0 +1,437 @@
+package deployments
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// Instance is a container instance in a deployment's scope as the rollout
+// sees it.
+type Instance struct {
+	ID               string
+	Arn              string
+	CapacityProvider string // ARN
+	Status           string // REGISTERING, ACTIVE, DRAINING, DEREGISTERING
+	RegisteredAt     time.Time
+	// Managed instances were provisioned by Capstan: they are replaced.
+	// Others (started by hand) are changed in place.
+	Managed   bool
+	Connected bool
+	// Revision is the daemon's placement on the instance ("" without).
+	Revision string
+	// Running: the daemon's task is RUNNING.
+	Running bool
+}
+
+// Replacement states of a managed instance launched for a batch.
+const (
+	ReplacementGone        = ""        // terminated, or never recorded
+	ReplacementLaunching   = "PENDING" // not registered yet
+	ReplacementRegistering = "REGISTERING"
+)
+
+// World is everything a rollout decision depends on.
+type World struct {
+	// Current: the daemon still points at the deployment.
+	Current   bool
+	Instances []Instance
+	// Replacements maps the managed instances of the batch to their state:
+	// a Replacement* constant or the container instance status.
+	Replacements map[string]string
+	// Firing are the deployment's alarms firing now; AlarmErr is why they
+	// could not be read.
+	Firing   map[string]bool
+	AlarmErr string
+	// RollbackCPs are the capacity providers of the rollback target.
+	RollbackCPs []string
+	Now         time.Time
+	// Deadline stops a rollout that made no progress for this long.
+	Deadline time.Duration
+}
+
+// Decision is what a rollout does next.
+type Decision struct {
+	Dep     store.DaemonDeployment
+	Changed bool
+	// Start are the batch entries to begin now (already in Dep's batch).
+	Start []Start
+	// SwitchDaemon: the daemon must now point new instances at the
+	// rollback target.
+	SwitchDaemon bool
+	Requeue      time.Duration
+}
+
+// Start is one instance to begin replacing.
+type Start struct {
+	Instance Instance
+	InPlace  bool
+	// Target is the revision the instance must end on ("" for none).
+	Target string
+}
+
+// StallAfter is how long a rollout may go without progress before its
+// status says why.
+const StallAfter = 20 * time.Second
+
+// Poll is how often an in-flight rollout looks at the fleet.
+const Poll = time.Second
+
+// Target is the revision a deployment moves instances to now and the
+// capacity providers that should run it: the rollback target once it
+// rolls back.
+func Target(dep store.DaemonDeployment) (string, []string) {
+	if RollingBack(dep.Status) && dep.Rollback != nil {
+		return dep.Rollback.RollbackTargetDaemonRevisionArn, dep.Rollback.RollbackCapacityProviders
+	}
+	var cps []string
+	if dep.TargetDaemonRevision != nil {
+		for _, cp := range dep.TargetDaemonRevision.CapacityProviders {
+			cps = append(cps, cp.Arn)
+		}
+	}
+	return dep.TargetRevisionArn, cps
+}
+
+// RollingBack reports a rollback status.
+func RollingBack(status string) bool {
+	return status == "STOP_REQUESTED" || status == "ROLLBACK_IN_PROGRESS"
+}
+
+// leaving instances are being drained by someone: they will be gone.
+func leaving(status string) bool { return status == "DRAINING" || status == "DEREGISTERING" }
+
+// Plan decides a deployment's next step. It is pure: the reconciler reads
+// the world and carries the decision out.
+func Plan(dep store.DaemonDeployment, w World) Decision {
+	d := Decision{Dep: dep}
+	if !InFlight(dep.Status) {
+		return d
+	}
+	at := shapes.At(w.Now)
+	ro := &d.Dep.Rollout
+	ro.Replacing = slices.Clone(ro.Replacing)
+	if !w.Current {
+		d.Dep.Status = "STOPPED"
+		d.Dep.StoppedAt = at
+		d.Dep.StatusReason = "Superseded by a newer deployment."
+		complete(&d.Dep)
+		d.Changed = true
+		return d
+	}
+	n := 0
+	for _, in := range w.Instances {
+		if !leaving(in.Status) {
+			n++
+		}
+	}
+	switch dep.Status {
+	case "PENDING":
+		d.Dep.Status = "IN_PROGRESS"
+		d.Dep.StartedAt = at
+		ro.BatchSize = BatchSize(n, drainPercent(dep))
+		ro.LastProgressAt = w.Now
+		if d.Dep.CircuitBreaker != nil {
+			d.Dep.CircuitBreaker.Threshold = ptr(int32(BreakerThreshold(n)))
+		}
+		ro.FiringAtStart = nil
+		for _, name := range alarmNames(dep) {
+			if w.Firing[name] {
+				ro.FiringAtStart = append(ro.FiringAtStart, name)
+			}
+		}
+		ro.AlarmError = w.AlarmErr
+		d.Changed = true
+		return d
+	case "STOP_REQUESTED":
+		d.Dep.Status = "ROLLBACK_IN_PROGRESS"
+		if d.Dep.Rollback != nil {
+			d.Dep.Rollback.RollbackCapacityProviders = slices.Clone(w.RollbackCPs)
+		}
+		ro.BatchSize = BatchSize(n, drainPercent(dep))
+		ro.LastProgressAt, ro.Stalled, ro.BakeUntil = w.Now, nil, time.Time{}
+		d.SwitchDaemon = true
+		d.Changed = true
+		return d
+	}
+
+	target, cps := Target(d.Dep)
+	byID := map[string]Instance{}
+	for _, in := range w.Instances {
+		byID[in.ID] = in
+	}
+	want := func(in Instance) bool { return target != "" && slices.Contains(cps, in.CapacityProvider) }
+	onTarget := func(in Instance) bool {
+		if want(in) {
+			return in.Revision == target
+		}
+		return in.Revision == ""
+	}
+	ready := func(in Instance) bool { return onTarget(in) && (!want(in) || in.Running) }
+
+	// Finish batch entries that are done.
+	before := len(ro.Replacing)
+	ro.Replacing = slices.DeleteFunc(ro.Replacing, func(e store.Replacement) bool {
+		in, present := byID[e.Instance]
+		if e.InPlace {
+			return !present || ready(in)
+		}
+		if present {
+			return false // the old instance is still there
+		}
+		switch w.Replacements[e.ManagedInstance] {
+		case ReplacementLaunching, ReplacementRegistering:
+			return false // its replacement is not up yet
+		}
+		return true
+	})
+	progress := before - len(ro.Replacing)
+	ro.Replaced += progress
+	readyN, remaining := 0, len(ro.Replacing)
+	var candidates []Instance
+	inBatch := map[string]bool{}
+	for _, e := range ro.Replacing {
+		inBatch[e.Instance] = true
+	}
+	for _, in := range w.Instances {
+		if leaving(in.Status) {
+			continue
+		}
+		if ready(in) {
+			readyN++
+			continue
+		}
+		if !inBatch[in.ID] {
+			remaining++
+			if !onTarget(in) {
+				candidates = append(candidates, in)
+			}
+		}
+	}
+	if readyN > ro.OnTarget || progress > 0 {
+		ro.LastProgressAt, ro.Stalled = w.Now, nil
+	}
+	ro.OnTarget = readyN
+	ro.AlarmError = w.AlarmErr
+	d.Changed = !sameRollout(dep.Rollout, *ro)
+
+	forward := dep.Status == "IN_PROGRESS"
+	if forward {
+		if cb := d.Dep.CircuitBreaker; cb != nil && cb.FailureCount != nil && cb.Threshold != nil && *cb.FailureCount >= *cb.Threshold {
+			cb.Status = "TRIGGERED"
+			requestStop(&d.Dep, w, fmt.Sprintf("Circuit breaker: %d failed daemon task starts of the target revision (threshold %d).", *cb.FailureCount, *cb.Threshold))
+			d.Changed = true
+			return d
+		}
+		var triggered []string
+		var still []string
+		for _, name := range alarmNames(dep) {
+			switch {
+			case w.Firing[name] && slices.Contains(ro.FiringAtStart, name):
+				still = append(still, name)
+			case w.Firing[name]:
+				triggered = append(triggered, name)
+			}
+		}
+		if w.AlarmErr == "" && !slices.Equal(still, ro.FiringAtStart) {
+			// An ignored alarm that cleared is watched again from now on.
+			ro.FiringAtStart = still
+			d.Changed = true
+		}
+		if len(triggered) > 0 {
+			if a := d.Dep.Alarms; a != nil {
+				a.Status = "TRIGGERED"
+				a.TriggeredAlarmNames = triggered
+			}
+			if d.Dep.CircuitBreaker != nil && d.Dep.CircuitBreaker.Status == "MONITORING" {
+				d.Dep.CircuitBreaker.Status = "MONITORING_COMPLETE"
+			}
+			requestStop(&d.Dep, w, "Alarm "+strings.Join(triggered, ", ")+" went into ALARM during the deployment.")
+			d.Changed = true
+			return d
+		}
+	} else if ro.RollbackFailures >= threshold(d.Dep) {
+		finish(&d.Dep, "ROLLBACK_FAILED", at, fmt.Sprintf("Rollback failed: %d failed daemon task starts of the rollback target.", ro.RollbackFailures))
+		d.Changed = true
+		return d
+	}
+
+	if remaining == 0 {
+		if bake := bakeTime(dep); forward && bake > 0 {
+			if ro.BakeUntil.IsZero() {
+				ro.BakeUntil = w.Now.Add(bake)
+				d.Changed = true
+			}
+			if w.Now.Before(ro.BakeUntil) {
+				d.Requeue = min(ro.BakeUntil.Sub(w.Now), Poll)
+				return d
+			}
+		}
+		if forward {
+			finish(&d.Dep, "SUCCESSFUL", at, "Deployment completed successfully.")
+		} else {
+			finish(&d.Dep, "ROLLBACK_SUCCESSFUL", at, "Rollback completed successfully.")
+		}
+		d.Changed = true
+		return d
+	}
+	// An instance that fell off the target re-opens the bake window.
+	if !ro.BakeUntil.IsZero() {
+		ro.BakeUntil = time.Time{}
+		d.Changed = true
+	}
+
+	if stuck := w.Now.Sub(ro.LastProgressAt); stuck >= StallAfter {
+		s := stall(d.Dep, w, byID, ready)
+		if ro.Stalled == nil || ro.Stalled.Kind != s.Kind || ro.Stalled.Message != s.Message {
+			s.Since = ro.LastProgressAt
+			ro.Stalled = &s
+			d.Changed = true
+		}
+		if w.Deadline > 0 && stuck >= w.Deadline {
+			why := fmt.Sprintf("No progress for %s: %s", w.Deadline, ro.Stalled.Message)
+			if forward {
+				d.Dep.Status = "STOPPED"
+				d.Dep.StoppedAt = at
+				d.Dep.StatusReason = why
+				complete(&d.Dep)
+			} else {
+				finish(&d.Dep, "ROLLBACK_FAILED", at, why)
+			}
+			d.Changed = true
+			return d
+		}
+	}
+
+	if len(ro.Replacing) == 0 && len(candidates) > 0 {
+		sort.Slice(candidates, func(i, j int) bool {
+			a, b := candidates[i], candidates[j]
+			if !a.RegisteredAt.Equal(b.RegisteredAt) {
+				return a.RegisteredAt.Before(b.RegisteredAt)
+			}
+			return a.Arn < b.Arn
+		})
+		size := max(ro.BatchSize, 1)
+		for _, in := range candidates[:min(size, len(candidates))] {
+			d.Start = append(d.Start, Start{Instance: in, InPlace: !in.Managed, Target: target})
+		}
+		d.Changed = true
+	}
+	d.Requeue = Poll
+	return d
+}
+
+func sameRollout(a, b store.Rollout) bool {
+	return slices.Equal(a.Replacing, b.Replacing) && a.Replaced == b.Replaced && a.OnTarget == b.OnTarget &&
+		a.LastProgressAt.Equal(b.LastProgressAt) && a.AlarmError == b.AlarmError && (a.Stalled == nil) == (b.Stalled == nil)
+}
+
+// requestStop starts a rollback towards the newest source revision (none
+// for a first deployment: the daemon is taken off again).
+func requestStop(dep *store.DaemonDeployment, w World, reason string) {
+	dep.Status = "STOP_REQUESTED"
+	rb := &shapes.DaemonRollback{Reason: reason, StartedAt: shapes.At(w.Now), RollbackCapacityProviders: []string{}}
+	if len(dep.SourceRevisionArns) > 0 {
+		rb.RollbackTargetDaemonRevisionArn = dep.SourceRevisionArns[0]
+	}
+	dep.Rollback = rb
+	dep.StatusReason = reason
+}
+
+func finish(dep *store.DaemonDeployment, status string, at shapes.Timestamp, reason string) {
+	dep.Status = status
+	dep.FinishedAt = at
+	dep.StatusReason = reason
+	dep.Rollout.Stalled = nil
+	complete(dep)
+}
+
+func threshold(dep store.DaemonDeployment) int {
+	if cb := dep.CircuitBreaker; cb != nil && cb.Threshold != nil {
+		return int(*cb.Threshold)
+	}
+	return BreakerThreshold(0)
+}
+
+func drainPercent(dep store.DaemonDeployment) float64 {
+	if dc := dep.DeploymentConfiguration; dc != nil && dc.DrainPercent != nil {
+		return *dc.DrainPercent
+	}
+	return 25
+}
+
+func bakeTime(dep store.DaemonDeployment) time.Duration {
+	if dc := dep.DeploymentConfiguration; dc != nil && dc.BakeTimeInMinutes != nil {
+		return time.Duration(*dc.BakeTimeInMinutes) * time.Minute
+	}
+	return 0
+}
+
+func alarmNames(dep store.DaemonDeployment) []string {
+	if dep.Alarms == nil || dep.Alarms.Status == "DISABLED" {
+		return nil
+	}
+	return dep.Alarms.AlarmNames
+}
+
+// stall explains, in words, why a rollout does not move: the revision
+// fails (a bad release), replacements do not come up (provisioning), or
+// instances are lost or cannot let go of their tasks (bad machines).
+func stall(dep store.DaemonDeployment, w World, byID map[string]Instance, ready func(Instance) bool) store.Stall {
+	ro := dep.Rollout
+	if len(ro.StopReasons) > 0 && (dep.Status != "IN_PROGRESS" || failures(dep) > 0) {
+		return store.Stall{Kind: store.StallRevisionFailing, Message: fmt.Sprintf("daemon tasks of revision %s fail to start (%d failures): %s",
+			lastSegment(firstNonEmpty(dep.TargetRevisionArn, "none")), failures(dep)+ro.RollbackFailures, ro.StopReasons[len(ro.StopReasons)-1])}
+	}
+	var lost []string
+	for _, in := range w.Instances {
+		if !in.Connected {
+			lost = append(lost, lastSegment(in.Arn))
+		}
+	}
+	if len(lost) > 0 {
+		sort.Strings(lost)
+		return store.Stall{Kind: store.StallInstancesUnhealthy, Message: "instances not connected (lost): " + strings.Join(lost, ", ")}
+	}
+	for _, e := range ro.Replacing {
+		if e.InPlace {
+			continue
+		}
+		switch w.Replacements[e.ManagedInstance] {
+		case ReplacementLaunching:
+			return store.Stall{Kind: store.StallProvisioning, Message: "replacement instance " + e.ManagedInstance + " has not registered"}
+		case ReplacementRegistering:
+			return store.Stall{Kind: store.StallRevisionFailing, Message: "replacement instance " + e.ManagedInstance + " is waiting for its critical daemons to run"}
+		}
+		if in, ok := byID[e.Instance]; ok {
+			return store.Stall{Kind: store.StallInstancesUnhealthy, Message: "draining instance " + lastSegment(in.Arn) + " still runs tasks that have not moved"}
+		}
+	}
+	for _, in := range w.Instances {
+		if !leaving(in.Status) && !ready(in) && in.Revision != "" {
+			return store.Stall{Kind: store.StallRevisionFailing, Message: "the daemon is not running on instance " + lastSegment(in.Arn)}
+		}
+	}
+	return store.Stall{Kind: store.StallInstancesUnhealthy, Message: "instances are not reaching the target revision"}
+}
+
+func failures(dep store.DaemonDeployment) int {
+	if cb := dep.CircuitBreaker; cb != nil && cb.FailureCount != nil {
+		return int(*cb.FailureCount)
+	}
+	return 0
+}
+
+func lastSegment(arn string) string { return arn[strings.LastIndex(arn, "/")+1:] }
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
