@@ -66,7 +66,7 @@ type Config struct {
 	// ProgressDeadline stops a daemon rollout without progress for this
 	// long; 0 means DefaultProgressDeadline, negative never.
 	ProgressDeadline time.Duration
-	Log      *slog.Logger
+	Log              *slog.Logger
 }
 
 // DefaultProgressDeadline is how long a daemon rollout may make no
