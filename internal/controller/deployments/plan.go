@@ -262,7 +262,8 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 	}
 
 	if remaining == 0 {
-		if bake := bakeTime(dep); forward && bake > 0 {
+		// With no instance in scope there is nothing running to watch.
+		if bake := bakeTime(dep); forward && bake > 0 && len(w.Instances) > 0 {
 			if ro.BakeUntil.IsZero() {
 				ro.BakeUntil = w.Now.Add(bake)
 				d.Changed = true
