@@ -85,6 +85,10 @@ func (s *Service) spec(ctx context.Context, cluster store.Item[store.Cluster], r
 	if err != nil {
 		return sp, nil, err
 	}
+	if a := dc.Alarms; a != nil && a.Enable != nil && *a.Enable && !s.alarmSource {
+		// Rolling out unwatched would be worse than refusing.
+		return sp, nil, fault.Invalid("deploymentConfiguration.alarms.enable", "this server has no alarm source: start it with --alarm-source URL (a Prometheus or Alertmanager) to watch alarms during deployments")
+	}
 	sp.DeploymentConfiguration = dc
 	sp.Critical = r.critical == nil || *r.critical
 	sp.PropagateTags = r.propagateTags

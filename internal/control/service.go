@@ -27,6 +27,11 @@ type Config struct {
 	Endpoint string
 	// EventRetention is how long events are kept (default an hour).
 	EventRetention time.Duration
+	// AlarmSource says whether deployments can watch alarms: without one,
+	// a daemon asking for alarms is refused rather than rolled out unwatched.
+	AlarmSource bool
+	// ProgressDeadline is reported with rollouts (0: none).
+	ProgressDeadline time.Duration
 }
 
 // Service holds the operations.
@@ -39,6 +44,9 @@ type Service struct {
 	// endpoint is what DiscoverPollEndpoint answers.
 	endpoint string
 	events   *Emitter
+
+	alarmSource      bool
+	progressDeadline time.Duration
 }
 
 // New returns a Service.
@@ -56,6 +64,9 @@ func New(cfg Config) *Service {
 		log:      cfg.Log,
 		ids:      newIDSource(cfg.Now),
 		endpoint: cfg.Endpoint,
+
+		alarmSource:      cfg.AlarmSource,
+		progressDeadline: cfg.ProgressDeadline,
 	}
 	s.events = newEmitter(s.st, s.log, s.now, s.arns, cfg.EventRetention)
 	return s

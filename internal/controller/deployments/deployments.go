@@ -30,6 +30,9 @@ type Fleet interface {
 	// Replace adds to tx what begins replacing one instance: a drain and
 	// a replacement launch request, or an in-place retarget.
 	Replace(ctx context.Context, tx *store.Txn, dep store.DaemonDeployment, s Start) (store.Replacement, error)
+	// Snapshot fills a finishing deployment's instance counts, which stay
+	// as they were when it ended.
+	Snapshot(ctx context.Context, dep *store.DaemonDeployment) error
 }
 
 // AlarmSource answers which alarms are firing.
@@ -124,6 +127,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 				return 0, err
 			}
 			next.Rollout.Replacing = append(next.Rollout.Replacing, e)
+		}
+		if !InFlight(next.Status) && w.Current {
+			if err := r.Fleet.Snapshot(ctx, &next); err != nil {
+				return 0, err
+			}
 		}
 		tx.Update(key, it.Rev, next)
 		removed := false
