@@ -118,4 +118,6 @@ func (s *Service) MintAgentCredential(cluster, description string) store.AgentCr
 
 func (s *Service) registerExtensions(h *api.Handler) {
 	api.RegisterExtension(h, "CreateAgentCredential", s.CreateAgentCredential)
+	api.RegisterExtension(h, "PreviewDaemonUpdate", s.PreviewDaemonUpdate)
+	api.RegisterExtension(h, "RollbackDaemon", s.RollbackDaemon)
 }
