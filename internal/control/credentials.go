@@ -120,4 +120,5 @@ func (s *Service) registerExtensions(h *api.Handler) {
 	api.RegisterExtension(h, "CreateAgentCredential", s.CreateAgentCredential)
 	api.RegisterExtension(h, "PreviewDaemonUpdate", s.PreviewDaemonUpdate)
 	api.RegisterExtension(h, "RollbackDaemon", s.RollbackDaemon)
+	api.RegisterExtension(h, "DescribeDaemonConfiguration", s.DescribeDaemonConfiguration)
 }

@@ -125,6 +125,37 @@ func (s *Service) PreviewDaemonUpdate(ctx context.Context, req *shapes.UpdateDae
 	return out, nil
 }
 
+// DescribeDaemonConfigurationRequest names a daemon.
+type DescribeDaemonConfigurationRequest struct {
+	DaemonArn string `json:"daemonArn"`
+}
+
+// DescribeDaemonConfigurationResponse is the daemon's current revision as
+// an UpdateDaemon request (ECS has no read for these settings).
+type DescribeDaemonConfigurationResponse struct {
+	DaemonArn            string                     `json:"daemonArn"`
+	CurrentRevisionArn   string                     `json:"currentRevisionArn"`
+	CurrentConfiguration shapes.UpdateDaemonRequest `json:"currentConfiguration"`
+}
+
+// DescribeDaemonConfiguration returns the settings of the daemon's current
+// revision, so a client can repeat the ones an update does not change.
+func (s *Service) DescribeDaemonConfiguration(ctx context.Context, req *DescribeDaemonConfigurationRequest) (*DescribeDaemonConfigurationResponse, error) {
+	if req.DaemonArn == "" {
+		return nil, fault.Invalid("daemonArn", "is required")
+	}
+	it, _, err := s.liveDaemon(ctx, req.DaemonArn)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	rev, err := s.daemonRevision(ctx, it.Value.RevisionArn)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	return &DescribeDaemonConfigurationResponse{DaemonArn: it.Value.Arn, CurrentRevisionArn: rev.DaemonRevisionArn,
+		CurrentConfiguration: revisionRequest(it.Value.Arn, rev)}, nil
+}
+
 // daemonRevision reads a revision by ARN.
 func (s *Service) daemonRevision(ctx context.Context, arn string) (store.DaemonRevision, error) {
 	c, dn, id, ok := s.arns.daemonChild("daemon-revision", arn)
