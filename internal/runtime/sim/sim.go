@@ -336,3 +336,7 @@ func copyMap(m map[string]string) map[string]string {
 	}
 	return maps.Clone(m)
 }
+
+// PauseImage is the daemon namespace holder's image on a simulated host,
+// where no image has to be built.
+const PauseImage = "capstan/pause:sim"
