@@ -259,3 +259,27 @@ func TestNew(t *testing.T) {
 		t.Errorf(`New("") = %v, %v; want no source`, src, err)
 	}
 }
+
+// A user:password in the URL is sent as basic authentication, as a
+// Prometheus behind an authenticating proxy needs.
+func TestBasicAuth(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "capstan" || p != "s3cret" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprint(w, `{"status":"success","data":{"groups":[{"rules":[{"type":"alerting","name":"A","state":"firing"}]}]}}`)
+	}))
+	defer srv.Close()
+	src, err := alarms.New(strings.Replace(srv.URL, "http://", "http://capstan:s3cret@", 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := src.Firing(t.Context(), []string{"A"})
+	if err != nil || !slices.Equal(st.Firing, []string{"A"}) {
+		t.Errorf("with credentials: %+v, %v", st, err)
+	}
+	if strings.Contains(src.String(), "s3cret") {
+		t.Errorf("String() shows the password: %s", src)
+	}
+}
