@@ -188,6 +188,7 @@ func TestDaemonRollback(t *testing.T) {
 		"daemon", "rollback", "cw", "--cluster", "c")
 	first := get(t, h.latestDeployment("cw"), "targetDaemonRevision", "arn").(string)
 	h.ok("daemon", "update", "cw", "--cluster", "c", "--task-definition", "cloudwatch-agent:2", "--capacity-provider", "mi")
+	second := get(t, h.latestDeployment("cw"), "targetDaemonRevision", "arn").(string)
 
 	out := h.ok("daemon", "rollback", "cw", "--cluster", "c")
 	if !hasLine(out, "Status:", "ACTIVE") || !strings.Contains(out, "daemon-deployment/c/cw/") {
@@ -215,6 +216,10 @@ func TestDaemonRollback(t *testing.T) {
 		"daemon", "rollback", "cw", "--cluster", "c", "--to-revision", "arn:aws:ecs:us-east-1:123456789012:daemon-revision/c/other/1")
 	h.fails(1, "InvalidParameterException: toRevisionArn: \"nope\" is not a daemon revision ARN",
 		"daemon", "rollback", "cw", "--cluster", "c", "--to-revision", "nope")
+	// A revision whose task definition is gone cannot come back.
+	h.ok("daemon-task-definition", "delete", "cloudwatch-agent:2")
+	h.fails(1, "ClientException: toRevisionArn: revision "+second+" cannot be deployed again: daemonTaskDefinitionArn:",
+		"daemon", "rollback", "cw", "--cluster", "c", "--to-revision", second)
 }
 
 func TestRolloutStatus(t *testing.T) {
