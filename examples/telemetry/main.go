@@ -8,6 +8,11 @@
 // The source is the line's own, else the ?source= parameter, else the
 // sender's address.
 //
+// TELEMETRY_ERROR_RATE=N (errors a second, default 0) makes the daemon
+// count N synthetic errors a second in telemetry_errors_total, so that a
+// revision can be made bad in a way only an alarm sees (a Prometheus rule
+// such as `rate(telemetry_errors_total[10s]) > 0`), while it stays healthy.
+//
 // `telemetry healthcheck` exits 0 when the daemon answers on /metrics; the
 // image has no shell, so the health check runs it directly.
 package main
@@ -19,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -42,7 +48,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	rate, err := errorRate(os.Getenv("TELEMETRY_ERROR_RATE"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	s := newStats()
+	s.errorRate = rate
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /ingest", s.ingest)
 	mux.HandleFunc("GET /metrics", s.metrics)
@@ -89,9 +100,30 @@ type stats struct {
 	mu      sync.Mutex
 	sources map[string]*source
 	invalid uint64
+
+	errorRate float64   // synthetic errors a second
+	started   time.Time // errors count from here
 }
 
-func newStats() *stats { return &stats{sources: map[string]*source{}} }
+func newStats() *stats { return &stats{sources: map[string]*source{}, started: time.Now()} }
+
+// errorRate reads TELEMETRY_ERROR_RATE: "" is 0.
+func errorRate(v string) (float64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	r, err := strconv.ParseFloat(v, 64)
+	if err != nil || r < 0 || math.IsInf(r, 0) || math.IsNaN(r) {
+		return 0, fmt.Errorf("TELEMETRY_ERROR_RATE=%q: must be a number of errors a second, 0 or more", v)
+	}
+	return r, nil
+}
+
+// errorCount is how many synthetic errors have been raised by now: a counter
+// that grows steadily, as a failing agent's would.
+func (s *stats) errorCount(now time.Time) float64 {
+	return math.Floor(s.errorRate * now.Sub(s.started).Seconds())
+}
 
 func (s *stats) source(name string) *source {
 	src := s.sources[name]
@@ -236,6 +268,11 @@ func (s *stats) metrics(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "# HELP telemetry_invalid_lines_total Malformed ingest lines rejected.")
 	fmt.Fprintln(w, "# TYPE telemetry_invalid_lines_total counter")
 	fmt.Fprintf(w, "telemetry_invalid_lines_total %d\n", s.invalid)
+	// Always present (0 when healthy), so a rule on it is evaluated from
+	// the first scrape instead of seeing no series.
+	fmt.Fprintln(w, "# HELP telemetry_errors_total Synthetic errors raised, TELEMETRY_ERROR_RATE a second.")
+	fmt.Fprintln(w, "# TYPE telemetry_errors_total counter")
+	fmt.Fprintf(w, "telemetry_errors_total %s\n", num(s.errorCount(time.Now())))
 }
 
 func (s *stats) each(w io.Writer, names []string, value func(*source) (float64, bool), metric string) {

@@ -36,6 +36,7 @@ import (
 	"github.com/capstanhq/capstan/internal/agent/state"
 	"github.com/capstanhq/capstan/internal/runtime"
 	"github.com/capstanhq/capstan/internal/runtime/docker"
+	"github.com/capstanhq/capstan/internal/runtime/sim"
 )
 
 // Version is the agent version reported at registration.
@@ -43,11 +44,21 @@ var Version = "0.1.0"
 
 // Options are the parts a caller may supply instead of the defaults.
 type Options struct {
-	Runtime runtime.Runtime // nil: the Docker Engine
+	Runtime runtime.Runtime // nil: what cfg.Runtime names (Docker by default)
 	Log     *slog.Logger
 	// Ready, when set, receives the metrics and metadata addresses once the
 	// agent has registered and is serving.
 	Ready func(Endpoints)
+	// HTTPClient carries registration and the session; nil: the defaults.
+	HTTPClient *http.Client
+	// PauseImage is an image the runtime already has for the daemon
+	// namespace holder; "" builds one from the pause binary.
+	PauseImage string
+	// Hollow trims an agent that shares its process with thousands of
+	// others (simulated instances): no task metadata endpoint, no /metrics
+	// listener, no fsync of its state (which goes with the instance).
+	// Registration, session, engine, state and resources are the real ones.
+	Hollow bool
 }
 
 // Endpoints are where a running agent serves.
@@ -70,7 +81,11 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	db, err := state.Open(filepath.Join(cfg.DataDir, state.FileName), state.WithLogger(log))
+	stateOpts := []state.Option{state.WithLogger(log)}
+	if o.Hollow {
+		stateOpts = append(stateOpts, state.WithoutSync())
+	}
+	db, err := state.Open(filepath.Join(cfg.DataDir, state.FileName), stateOpts...)
 	if err != nil {
 		return err
 	}
@@ -80,6 +95,16 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	}
 
 	rt := o.Runtime
+	if rt == nil && cfg.Runtime == "sim" {
+		// Simulated containers: every image is there, the holder's too.
+		s := sim.New(sim.Config{})
+		defer s.Close()
+		rt = s
+		if o.PauseImage == "" {
+			o.PauseImage = sim.PauseImage
+		}
+		log.Warn("running on the simulated runtime: containers are not real (CAPSTAN_RUNTIME=sim)")
+	}
 	if rt == nil {
 		d, err := docker.New(docker.Options{})
 		if err != nil {
@@ -101,8 +126,12 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 		capacity.MemoryMiB = int(info.MemoryBytes >> 20)
 	}
 
-	client := ecs.New(ecs.Options{Region: cfg.Region, BaseEndpoint: aws.String(cfg.Endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey.Reveal(), "")})
+	eo := ecs.Options{Region: cfg.Region, BaseEndpoint: aws.String(cfg.Endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey.Reveal(), "")}
+	if o.HTTPClient != nil {
+		eo.HTTPClient = o.HTTPClient
+	}
+	client := ecs.New(eo)
 	for {
 		err := runInstance(ctx, cfg, o, db, rt, client, capacity, info, log)
 		if !errors.Is(err, session.ErrInstanceInactive) {
@@ -130,30 +159,36 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 		}
 	}
 	log.Info("registered", "instance", instanceArn, "cpu", capacity.CPU, "memory_mib", capacity.AvailableMemoryMiB())
-	dnet, dsetup, err := daemonNetwork(ctx, cfg, rt, instanceArn, log)
+	dnet, dsetup, err := daemonNetwork(ctx, cfg, o, rt, instanceArn, log)
 	if err != nil {
 		return err
 	}
 
-	key, err := db.MetadataKey()
-	if err != nil {
-		return err
-	}
-	mdListener, err := net.Listen("tcp", cfg.MetadataAddr)
-	if err != nil {
-		return fmt.Errorf("task metadata endpoint on %s (CAPSTAN_METADATA_ADDR): %w", cfg.MetadataAddr, err)
-	}
-	if host, port, _ := net.SplitHostPort(cfg.MetadataAddr); port == "0" {
-		// Several agents on one host (local instances) each take a free port.
-		cfg.MetadataAddr = net.JoinHostPort(host, strconv.Itoa(mdListener.Addr().(*net.TCPAddr).Port))
-	}
+	var md *metadata.Server
+	var mdListener net.Listener
+	var metadataURI func(taskArn, container string) string
 	src := &metadataSource{}
-	md := metadata.New(metadata.Config{Source: src, Runtime: rt, Addr: cfg.MetadataURIAddr("bridge"), HostAddr: cfg.MetadataURIAddr("host"),
-		Key: key, RPS: cfg.MetadataRPS, Burst: cfg.MetadataBurst, Log: log})
+	if !o.Hollow {
+		key, err := db.MetadataKey()
+		if err != nil {
+			return err
+		}
+		if mdListener, err = net.Listen("tcp", cfg.MetadataAddr); err != nil {
+			return fmt.Errorf("task metadata endpoint on %s (CAPSTAN_METADATA_ADDR): %w", cfg.MetadataAddr, err)
+		}
+		defer mdListener.Close()
+		if host, port, _ := net.SplitHostPort(cfg.MetadataAddr); port == "0" {
+			// Several agents on one host (local instances) each take a free port.
+			cfg.MetadataAddr = net.JoinHostPort(host, strconv.Itoa(mdListener.Addr().(*net.TCPAddr).Port))
+		}
+		md = metadata.New(metadata.Config{Source: src, Runtime: rt, Addr: cfg.MetadataURIAddr("bridge"), HostAddr: cfg.MetadataURIAddr("host"),
+			Key: key, RPS: cfg.MetadataRPS, Burst: cfg.MetadataBurst, Log: log})
+		metadataURI = md.URIFor
+	}
 	imgs := images.New(rt, db, images.FromConfig(cfg))
 	eng, err := engine.New(engine.Config{Runtime: rt, Store: db, Cluster: cfg.Cluster, ContainerInstanceArn: instanceArn,
 		Resources: capacity, StopTimeout: cfg.ContainerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
-		CleanupWait: cfg.TaskCleanupWait, DisablePrivileged: cfg.DisablePrivileged, Images: imgs, MetadataURI: md.URIFor,
+		CleanupWait: cfg.TaskCleanupWait, DisablePrivileged: cfg.DisablePrivileged, Images: imgs, MetadataURI: metadataURI,
 		VolumeDir: filepath.Join(cfg.DataDir, "volumes"), DaemonNetworkMode: dsetup.DaemonNetworkMode,
 		BridgeNetwork: dsetup.BridgeNetwork, ExtraHosts: dsetup.ExtraHosts(), Log: log})
 	if err != nil {
@@ -161,24 +196,25 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 	}
 	src.eng = eng
 	sess := session.New(session.Config{Endpoint: cfg.Endpoint, AccessKeyID: cfg.AccessKeyID, SecretKey: cfg.SecretAccessKey.Reveal(),
-		Region: cfg.Region, InstanceArn: instanceArn, AgentVersion: Version, Store: db, Engine: eng, Log: log})
+		Region: cfg.Region, InstanceArn: instanceArn, AgentVersion: Version, Store: db, Engine: eng, HTTPClient: o.HTTPClient, Log: log})
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(sess.Collectors()...)
-	reg.MustRegister(engineCollector{eng}, imagesCollector{imgs})
-	metricsListener, err := net.Listen("tcp", cfg.MetricsAddr)
-	if err != nil {
-		mdListener.Close()
-		return fmt.Errorf("metrics on %s (CAPSTAN_METRICS_ADDR): %w", cfg.MetricsAddr, err)
+	var metricsServer *http.Server
+	var metricsListener net.Listener
+	if !o.Hollow {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(sess.Collectors()...)
+		reg.MustRegister(engineCollector{eng}, imagesCollector{imgs})
+		if metricsListener, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("metrics on %s (CAPSTAN_METRICS_ADDR): %w", cfg.MetricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		metricsServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	metricsServer := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer mdListener.Close()
 	var wg sync.WaitGroup
 	errs := make(chan error, 6)
 	run := func(name string, fn func() error) {
@@ -193,19 +229,26 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 	run("engine", func() error { return eng.Run(rctx) })
 	run("session", func() error { return sess.Run(rctx) })
 	run("images", func() error { return imgs.Run(rctx) })
-	run("metadata", func() error { return md.Serve(rctx, mdListener) })
 	if dnet != nil {
 		run("daemon networking", func() error { return dnet.Run(rctx) })
 	}
-	run("metrics", func() error {
-		go func() { <-rctx.Done(); metricsServer.Close() }()
-		if err := metricsServer.Serve(metricsListener); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
+	ends := Endpoints{InstanceArn: instanceArn}
+	if md != nil {
+		run("metadata", func() error { return md.Serve(rctx, mdListener) })
+		ends.Metadata = mdListener.Addr().String()
+	}
+	if metricsServer != nil {
+		run("metrics", func() error {
+			go func() { <-rctx.Done(); metricsServer.Close() }()
+			if err := metricsServer.Serve(metricsListener); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		ends.Metrics = metricsListener.Addr().String()
+	}
 	if o.Ready != nil {
-		o.Ready(Endpoints{InstanceArn: instanceArn, Metrics: metricsListener.Addr().String(), Metadata: mdListener.Addr().String()})
+		o.Ready(ends)
 	}
 	var runErr error
 	select {
@@ -223,7 +266,7 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 // daemonNetwork sets up the instance network and the daemons' shared
 // namespace (package daemonnet). A runtime without networks (a fake) runs
 // daemon tasks in the host network and bridge tasks on the default bridge.
-func daemonNetwork(ctx context.Context, cfg config.Config, rt runtime.Runtime, instanceArn string, log *slog.Logger) (*daemonnet.Manager, daemonnet.Setup, error) {
+func daemonNetwork(ctx context.Context, cfg config.Config, o Options, rt runtime.Runtime, instanceArn string, log *slog.Logger) (*daemonnet.Manager, daemonnet.Setup, error) {
 	drt, ok := rt.(daemonnet.Runtime)
 	if !ok {
 		log.Warn("daemon networking: the runtime has no networks; daemon tasks run in the host network")
@@ -231,7 +274,7 @@ func daemonNetwork(ctx context.Context, cfg config.Config, rt runtime.Runtime, i
 	}
 	host, _ := netip.ParseAddr(cfg.BridgeIP) // zero without docker0
 	m, err := daemonnet.New(daemonnet.Config{Runtime: drt, InstanceArn: instanceArn, Cluster: cfg.Cluster,
-		Subnet: cfg.DaemonSubnet, Address: cfg.DaemonAddress, PauseBinary: cfg.PauseBinary, HostAddress: host, Log: log})
+		Subnet: cfg.DaemonSubnet, Address: cfg.DaemonAddress, PauseBinary: cfg.PauseBinary, PauseImage: o.PauseImage, HostAddress: host, Log: log})
 	if err != nil {
 		return nil, daemonnet.Setup{}, err
 	}

@@ -101,6 +101,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if errors.As(err, &ue) {
 		return s.usage(err, verbHelp)
 	}
+	var es *exitStatus
+	if errors.As(err, &es) {
+		fmt.Fprintf(s.stderr, "capstan: %s\n", es.msg)
+		return es.code
+	}
 	if err != nil {
 		s.printError(err)
 		return exitError

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
@@ -34,13 +35,32 @@ given take the server's defaults (drain 25%, bake time 0, critical true).
 Like ECS UpdateDaemon, an update replaces the whole configuration: every
 setting not given returns to its default (drain 25%, bake time 0, alarms off,
 critical true, propagate tags NONE, managed tags and execute command off), not
-to its current value. Give all the settings you want to keep.
--f FILE takes the UpdateDaemon request JSON; flags given alongside override it.` + daemonRefDetails, bind: daemonUpdate},
+to its current value. Give all the settings you want to keep, or:
+
+--keep-unspecified fills every setting not given by a flag or in -f FILE
+(task definition and capacity providers included) from the daemon's current
+revision, so only what you name changes.
+
+--dry-run previews the update and changes nothing: the settings that would
+silently return to their defaults, the diff against the current revision,
+and the rollout's batches with the extra capacity each needs. Exit 0.
+
+--wait follows the deployment the update starts until it ends.
+-f FILE takes the UpdateDaemon request JSON; flags given alongside override it.` + daemonRefDetails + "\n" + followHelp, bind: daemonUpdate},
 			{name: "describe", args: "NAME|ARN [--cluster C]", summary: "Show a daemon and its current revisions.", details: daemonRefDetails, bind: daemonDescribe},
 			{name: "list", args: "[--cluster C] [--capacity-provider CP]...", summary: "List daemons.", bind: daemonList},
 			{name: "delete", args: "NAME|ARN [--cluster C]", summary: "Delete a daemon: a deployment drains its tasks.", details: daemonRefDetails, bind: daemonDelete},
 			{name: "revisions", args: "NAME|ARN [--cluster C]", summary: "Show the daemon's current revisions.", details: daemonRefDetails, bind: daemonRevisions},
 			{name: "deployments", args: "NAME|ARN [--cluster C] [--status S]...", summary: "Show the daemon's deployments, newest first.", details: daemonRefDetails, bind: daemonDeployments},
+			{name: "rollout", args: "status NAME|ARN [--deployment ARN] [--timeout D]", summary: "Follow a deployment until it ends.", details: `
+Shows the daemon's latest deployment (or --deployment) live until it ends.` + daemonRefDetails + "\n" + followHelp, bind: daemonRollout},
+			{name: "rollback", args: "NAME|ARN [--to-revision ARN] [--wait]", summary: "Deploy an earlier revision's settings again.", details: `
+Starts a normal deployment (by instance replacement) to a new revision that
+has the settings of --to-revision, by default the revision before the
+current one: its task definition, capacity providers, deployment
+configuration, critical, tag propagation, managed tags and execute command.
+Revisions are immutable, so the history keeps the one rolled back from, and
+rolling back twice returns to it.` + daemonRefDetails + "\n" + followHelp, bind: daemonRollback},
 		},
 	}
 }
@@ -117,6 +137,11 @@ func (f *daemonFlags) apply(s *session, d daemonSpec) error {
 	if s.set("enable-execute-command") {
 		*d.execCommand = f.execCommand
 	}
+	return nil
+}
+
+// require checks the settings every create and update must name.
+func (d daemonSpec) require() error {
 	if aws.ToString(*d.taskDef) == "" {
 		return usageErrorf("missing --task-definition")
 	}
@@ -165,9 +190,12 @@ func daemonCreate(fs *flag.FlagSet) action {
 			in.ClientToken = aws.String(token)
 		}
 		in.Tags = append(in.Tags, tags...)
-		err := df.apply(s, daemonSpec{&in.DaemonTaskDefinitionArn, &in.CapacityProviderArns, &in.Critical,
-			&in.DeploymentConfiguration, &in.PropagateTags, &in.EnableECSManagedTags, &in.EnableExecuteCommand})
-		if err != nil {
+		spec := daemonSpec{&in.DaemonTaskDefinitionArn, &in.CapacityProviderArns, &in.Critical,
+			&in.DeploymentConfiguration, &in.PropagateTags, &in.EnableECSManagedTags, &in.EnableExecuteCommand}
+		if err := df.apply(s, spec); err != nil {
+			return err
+		}
+		if err := spec.require(); err != nil {
 			return err
 		}
 		c, err := s.client(ctx)
@@ -192,26 +220,50 @@ func daemonCreate(fs *flag.FlagSet) action {
 func daemonUpdate(fs *flag.FlagSet) action {
 	var cluster, file string
 	var df daemonFlags
+	var keep, dryRun, wait bool
+	var timeout time.Duration
 	fs.StringVar(&cluster, "cluster", "", "`cluster` of a daemon given by name")
 	fs.StringVar(&file, "f", "", "UpdateDaemon request `file` (JSON)")
+	fs.BoolVar(&keep, "keep-unspecified", false, "take every setting not given from the current revision")
+	fs.BoolVar(&dryRun, "dry-run", false, "preview the update (resets, diff, batches) and change nothing")
+	fs.BoolVar(&wait, "wait", false, "follow the deployment until it ends (see exit codes)")
+	fs.DurationVar(&timeout, "timeout", 0, "with --wait, give up after `duration`, exit 6")
 	df.register(fs)
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := wantArgs(args, 0, 1, ""); err != nil {
 			return err
 		}
+		if dryRun && wait {
+			return usageErrorf("--dry-run changes nothing, so there is nothing to --wait for")
+		}
+		if timeout != 0 && !wait {
+			return usageErrorf("--timeout needs --wait")
+		}
 		in := &ecs.UpdateDaemonInput{}
+		given := map[string]bool{}
 		if file != "" {
-			if err := readInputFile(file, s.stdin, in); err != nil {
+			var err error
+			if given, err = readUpdateFile(file, s.stdin, in); err != nil {
 				return err
+			}
+		}
+		for name, setting := range settingFlags {
+			if s.set(name) {
+				given[setting] = true
 			}
 		}
 		if len(args) == 0 && in.DaemonArn == nil {
 			return usageErrorf("missing daemon NAME or ARN")
 		}
-		err := df.apply(s, daemonSpec{&in.DaemonTaskDefinitionArn, &in.CapacityProviderArns, &in.Critical,
-			&in.DeploymentConfiguration, &in.PropagateTags, &in.EnableECSManagedTags, &in.EnableExecuteCommand})
-		if err != nil {
+		spec := daemonSpec{&in.DaemonTaskDefinitionArn, &in.CapacityProviderArns, &in.Critical,
+			&in.DeploymentConfiguration, &in.PropagateTags, &in.EnableECSManagedTags, &in.EnableExecuteCommand}
+		if err := df.apply(s, spec); err != nil {
 			return err
+		}
+		if !keep {
+			if err := spec.require(); err != nil {
+				return err
+			}
 		}
 		c, err := s.client(ctx)
 		if err != nil {
@@ -224,14 +276,28 @@ func daemonUpdate(fs *flag.FlagSet) action {
 			}
 			in.DaemonArn = aws.String(arn)
 		}
-		if d := defaultedSettings(in); len(d) > 0 {
-			s.warn("update replaces the whole daemon configuration; not given, so set to defaults: %s", strings.Join(d, ", "))
+		// Settings given or kept were chosen, not defaulted.
+		chosen := given
+		if keep {
+			cur, err := s.currentConfiguration(ctx, aws.ToString(in.DaemonArn))
+			if err != nil {
+				return err
+			}
+			for k := range keepUnspecified(in, cur, given) {
+				chosen[k] = true
+			}
+		}
+		if dryRun {
+			return s.previewUpdate(ctx, in)
+		}
+		if d := defaultedSettings(in, chosen); len(d) > 0 {
+			s.warn("update replaces the whole daemon configuration; not given, so set to defaults: %s (see --keep-unspecified, --dry-run)", strings.Join(d, ", "))
 		}
 		out, err := c.UpdateDaemon(ctx, in)
 		if err != nil {
 			return err
 		}
-		return s.show(out, func(w io.Writer) {
+		err = s.show(out, func(w io.Writer) {
 			f := newFields(w)
 			f.add("Daemon", str(out.DaemonArn))
 			f.add("Status", string(out.Status))
@@ -239,39 +305,35 @@ func daemonUpdate(fs *flag.FlagSet) action {
 			f.add("Deployment", str(out.DeploymentArn))
 			f.flush()
 		})
+		if err != nil || !wait {
+			return err
+		}
+		return s.followRollout(ctx, aws.ToString(in.DaemonArn), str(out.DeploymentArn), timeout)
 	}
 }
 
-// defaultedSettings names the settings an update leaves at their defaults.
-// The SDK cannot tell an omitted boolean from false, nor can the server, so
-// those are listed when false.
-func defaultedSettings(in *ecs.UpdateDaemonInput) []string {
+// defaultedSettings names the settings an update leaves at their defaults,
+// except those in chosen (given explicitly, or kept). The SDK cannot tell
+// an omitted boolean from false, nor can the server, so those are listed
+// when false and not chosen.
+func defaultedSettings(in *ecs.UpdateDaemonInput, chosen map[string]bool) []string {
 	var out []string
 	dc := in.DeploymentConfiguration
 	if dc == nil {
 		dc = &types.DaemonDeploymentConfiguration{}
 	}
-	if dc.DrainPercent == nil {
-		out = append(out, "drain percent 25")
+	add := func(setting string, defaulted bool, text string) {
+		if defaulted && !chosen[setting] {
+			out = append(out, text)
+		}
 	}
-	if dc.BakeTimeInMinutes == 0 {
-		out = append(out, "bake time 0")
-	}
-	if dc.Alarms == nil {
-		out = append(out, "alarms off")
-	}
-	if in.Critical == nil {
-		out = append(out, "critical true")
-	}
-	if in.PropagateTags == "" {
-		out = append(out, "propagate tags NONE")
-	}
-	if !in.EnableECSManagedTags {
-		out = append(out, "ECS managed tags off")
-	}
-	if !in.EnableExecuteCommand {
-		out = append(out, "execute command off")
-	}
+	add(setDrain, dc.DrainPercent == nil, "drain percent 25")
+	add(setBake, dc.BakeTimeInMinutes == 0, "bake time 0")
+	add(setAlarms, dc.Alarms == nil, "alarms off")
+	add(setCritical, in.Critical == nil, "critical true")
+	add(setPropagate, in.PropagateTags == "", "propagate tags NONE")
+	add(setManagedTags, !in.EnableECSManagedTags, "ECS managed tags off")
+	add(setExecute, !in.EnableExecuteCommand, "execute command off")
 	return out
 }
 

@@ -119,4 +119,7 @@ func (s *Service) MintAgentCredential(cluster, description string) store.AgentCr
 func (s *Service) registerExtensions(h *api.Handler) {
 	api.RegisterExtension(h, "CreateAgentCredential", s.CreateAgentCredential)
 	api.RegisterExtension(h, "DescribeDaemonRollout", s.DescribeDaemonRollout)
+	api.RegisterExtension(h, "PreviewDaemonUpdate", s.PreviewDaemonUpdate)
+	api.RegisterExtension(h, "RollbackDaemon", s.RollbackDaemon)
+	api.RegisterExtension(h, "DescribeDaemonConfiguration", s.DescribeDaemonConfiguration)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -32,6 +33,7 @@ import (
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/provision"
 	"github.com/capstanhq/capstan/internal/provision/local"
+	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/runtime/docker"
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -54,8 +56,11 @@ type Config struct {
 	// AdvertiseURL is how agents reach this server (default http://<listen>).
 	AdvertiseURL string
 	// Provisioner provides managed instances: "local" (agent processes on
-	// this machine, the default) or "none".
+	// this machine, the default), "sim" (hollow agents in this process on
+	// simulated containers, for scale tests) or "none".
 	Provisioner string
+	// SimProvisionDelay is how long a sim instance takes to boot.
+	SimProvisionDelay time.Duration
 	// AgentBinary is the capstan executable local instances run
 	// (default: this executable).
 	AgentBinary string
@@ -111,9 +116,12 @@ func (c *Config) Validate() error {
 	switch c.Provisioner {
 	case "":
 		c.Provisioner = "local"
-	case "local", "none":
+	case "local", "sim", "none":
 	default:
-		return fmt.Errorf("--provisioner must be local or none, got %q", c.Provisioner)
+		return fmt.Errorf("--provisioner must be local, sim or none, got %q", c.Provisioner)
+	}
+	if c.SimProvisionDelay < 0 {
+		return fmt.Errorf("--sim-provision-delay must not be negative, got %s", c.SimProvisionDelay)
 	}
 	return nil
 }
@@ -126,10 +134,12 @@ type Server struct {
 	AdminGenerated bool
 	Store          *store.Store
 	Service        *control.Service
-	gateway        *gateway.Gateway
-	http           *http.Server
-	served         chan error
-	log            *slog.Logger
+	// Provisioner is the one Config.Provisioner named; nil for none.
+	Provisioner provision.Provisioner
+	gateway     *gateway.Gateway
+	http        *http.Server
+	served      chan error
+	log         *slog.Logger
 
 	stopControllers context.CancelFunc
 	controllersDone chan struct{}
@@ -187,6 +197,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		prov = lp
 	}
+	if cfg.Provisioner == "sim" {
+		sp, err := simprov.New(simprov.Config{Dir: filepath.Join(cfg.DataDir, "sim-instances"), Delay: cfg.SimProvisionDelay, ServerLog: cfg.Log})
+		if err != nil {
+			st.Close()
+			ln.Close()
+			return nil, err
+		}
+		prov = sp
+	}
 	gw := gateway.New(svc, st, verifier, serverID, cfg.Log)
 
 	reg := prometheus.NewRegistry()
@@ -209,6 +228,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{
 		Addr:           addr,
 		Service:        svc,
+		Provisioner:    prov,
 		gateway:        gw,
 		Admin:          admin,
 		AdminGenerated: generated,
@@ -280,6 +300,10 @@ func (s *Server) Close() error {
 	err := s.http.Shutdown(ctx)
 	s.stopControllers()
 	<-s.controllersDone
+	if c, ok := s.Provisioner.(io.Closer); ok {
+		// In-process instances cannot outlive the server (sim).
+		c.Close()
+	}
 	s.Store.Close()
 	return err
 }

@@ -97,6 +97,10 @@ type Config struct {
 	// runs; "" means the agent's own.
 	PauseBinary string
 
+	// Runtime runs the containers: "docker" (the default), or "sim",
+	// simulated containers in memory for scale and fault tests.
+	Runtime string
+
 	// Ignored lists env-file keys the agent does not know (ECS_* settings
 	// with no Capstan meaning, typos) so the caller can warn about them.
 	Ignored []string
@@ -202,6 +206,7 @@ func (c Config) String() string {
 		add("daemonSubnet", "auto")
 	}
 	add("pauseBinary", c.PauseBinary)
+	add("runtime", c.Runtime)
 	return strings.TrimSuffix(b.String(), " ")
 }
 
@@ -237,6 +242,7 @@ func Load(args []string, env func(string) string, envFile string) (Config, error
 	cluster := fs.String("cluster", "", "cluster name (ECS_CLUSTER)")
 	dataDir := fs.String("data-dir", "", "state directory (ECS_DATADIR)")
 	file := fs.String("config", "", "env file of KEY=VALUE lines")
+	rt := fs.String("runtime", "", "container runtime: docker or sim (CAPSTAN_RUNTIME)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, fmt.Errorf("flags: %w", err)
 	}
@@ -252,6 +258,8 @@ func Load(args []string, env func(string) string, envFile string) (Config, error
 			flags[envCluster] = *cluster
 		case "data-dir":
 			flags[envDataDir] = *dataDir
+		case "runtime":
+			flags[envRuntime] = *rt
 		}
 	})
 
@@ -333,6 +341,7 @@ const (
 	envDaemonSubnet    = "CAPSTAN_DAEMON_SUBNET"
 	envDaemonAddress   = "CAPSTAN_DAEMON_ADDRESS"
 	envPauseBinary     = "CAPSTAN_PAUSE_BINARY"
+	envRuntime         = "CAPSTAN_RUNTIME"
 )
 
 // known are the variables the agent reads.
@@ -344,10 +353,10 @@ var known = map[string]bool{
 	envCleanupAge: true, envDeletePerCycle: true, envNoImageCleanup: true, envTaskCleanupWait: true,
 	envMetadataRPS: true, envAttributes: true, envAuthType: true, envAuthData: true,
 	envInstanceCPU: true, envInstanceMemory: true, envMetricsAddr: true, envMetadataAddr: true,
-	envDaemonSubnet: true, envDaemonAddress: true, envPauseBinary: true,
+	envDaemonSubnet: true, envDaemonAddress: true, envPauseBinary: true, envRuntime: true,
 }
 
-var flagOf = map[string]string{envEndpoint: "--endpoint", envCluster: "--cluster", envDataDir: "--data-dir"}
+var flagOf = map[string]string{envEndpoint: "--endpoint", envCluster: "--cluster", envDataDir: "--data-dir", envRuntime: "--runtime"}
 
 // secretVars never have their values echoed in errors.
 var secretVars = map[string]bool{envSecretKey: true, envAuthData: true}
@@ -454,5 +463,10 @@ func (p *parser) fill(c *Config) {
 		} else {
 			c.PauseBinary = abs
 		}
+	}
+	switch c.Runtime = p.str(envRuntime, "docker"); c.Runtime {
+	case "docker", "sim":
+	default:
+		p.fail(envRuntime, "must be docker or sim")
 	}
 }

@@ -71,6 +71,7 @@ func TestDefaults(t *testing.T) {
 		MetadataAddr:            "0.0.0.0:51679",
 		MetadataRPS:             40,
 		MetadataBurst:           60,
+		Runtime:                 "docker",
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %#v\nwant %#v", c, want)
@@ -459,5 +460,24 @@ func TestRegistryHost(t *testing.T) {
 		if got := RegistryHost(image); got != want {
 			t.Errorf("RegistryHost(%q) = %q, want %q", image, got, want)
 		}
+	}
+}
+
+func TestRuntimeSelection(t *testing.T) {
+	c, err := Load(nil, envFunc(base), "")
+	if err != nil || c.Runtime != "docker" {
+		t.Fatalf("default runtime %q (%v), want docker", c.Runtime, err)
+	}
+	c, err = Load([]string{"--runtime", "sim"}, envFunc(base), "")
+	if err != nil || c.Runtime != "sim" {
+		t.Fatalf("--runtime sim: %q (%v)", c.Runtime, err)
+	}
+	c, err = Load(nil, envFunc(withBase(map[string]string{"CAPSTAN_RUNTIME": "sim"})), "")
+	if err != nil || c.Runtime != "sim" {
+		t.Fatalf("CAPSTAN_RUNTIME=sim: %q (%v)", c.Runtime, err)
+	}
+	_, err = Load([]string{"--runtime", "podman"}, envFunc(base), "")
+	if err == nil || !strings.Contains(err.Error(), `CAPSTAN_RUNTIME="podman" (flag --runtime): must be docker or sim`) {
+		t.Fatalf("bad runtime: %v", err)
 	}
 }

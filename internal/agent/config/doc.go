@@ -43,6 +43,7 @@
 //	CAPSTAN_DAEMON_SUBNET                  first free 169.254.N.0/24   IPv4 network, /8 to /30
 //	CAPSTAN_DAEMON_ADDRESS                 2nd address of the subnet   in the subnet; not its first or last
 //	CAPSTAN_PAUSE_BINARY                   this executable             static capstan build, made absolute
+//	--runtime, CAPSTAN_RUNTIME             docker                      docker|sim (simulated containers)
 //
 // Durations use Go syntax ("90s", "1h30m"). Instance attribute names follow
 // ECS (1-128 letters, digits, - _ . / \) and may not start with "ecs.",

@@ -62,6 +62,9 @@ type Config struct {
 	// PauseBinary is a static capstan executable, run as `pause` in the
 	// holder; "" means this process's own executable.
 	PauseBinary string
+	// PauseImage, when set, is a holder image the runtime already has;
+	// nothing is built (simulated instances, by the thousand per process).
+	PauseImage string
 	// HostAddress is where "daemon" points when the instance gets no
 	// network of its own (the docker0 address); may be zero.
 	HostAddress netip.Addr
@@ -440,6 +443,15 @@ func (m *Manager) pauseImage(ctx context.Context) (string, error) {
 		if _, err := m.rt.Image(ctx, ref); err == nil || !errors.Is(err, runtime.ErrNotFound) {
 			return ref, err
 		}
+	}
+	if m.cfg.PauseImage != "" {
+		if _, err := m.rt.Image(ctx, m.cfg.PauseImage); err != nil {
+			return "", fmt.Errorf("pause image %s: %w", m.cfg.PauseImage, err)
+		}
+		m.mu.Lock()
+		m.pauseRef = m.cfg.PauseImage
+		m.mu.Unlock()
+		return m.cfg.PauseImage, nil
 	}
 	path := m.cfg.PauseBinary
 	if path == "" {

@@ -68,12 +68,18 @@ type Repair struct {
 type Option func(*options)
 
 type options struct {
-	log *slog.Logger
-	now func() time.Time
+	log    *slog.Logger
+	now    func() time.Time
+	noSync bool
 }
 
 // WithLogger logs repairs to log.
 func WithLogger(log *slog.Logger) Option { return func(o *options) { o.log = log } }
+
+// WithoutSync skips the fsync of each write: for a simulated instance
+// whose state goes with it, where thousands share one disk. A crash may
+// then lose the last writes, so a real agent never uses it.
+func WithoutSync() Option { return func(o *options) { o.noSync = true } }
 
 // WithClock sets the clock that names moved-aside files.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
@@ -90,7 +96,7 @@ func Open(path string, opts ...Option) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("state: %w", err)
 	}
-	db, err := open(path)
+	db, err := open(path, o.noSync)
 	if err == nil {
 		return db, nil
 	}
@@ -103,7 +109,7 @@ func Open(path string, opts ...Option) (*DB, error) {
 	}
 	o.log.Warn("state database damaged; moved aside and starting empty, the agent re-registers and rebuilds from its containers",
 		"path", path, "movedTo", moved, "err", err)
-	db, ferr := open(path)
+	db, ferr := open(path, o.noSync)
 	if ferr != nil {
 		return nil, fmt.Errorf("state: fresh database after moving a damaged one aside: %w", ferr)
 	}
@@ -129,7 +135,7 @@ func damaged(err error) bool {
 // in bbolt or a fault on a bad mmapped page becomes an error instead of
 // killing the agent. If bbolt panics half-way through Open its file handle
 // is lost; that costs one descriptor once, on the way to a repair.
-func open(path string) (*DB, error) {
+func open(path string, noSync bool) (*DB, error) {
 	type result struct {
 		db  *bolt.DB
 		err error
@@ -146,7 +152,7 @@ func open(path string) (*DB, error) {
 				done <- result{err: fmt.Errorf("%w: %s: %v", ErrCorrupt, path, r)}
 			}
 		}()
-		b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+		b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoSync: noSync})
 		if err != nil {
 			if errors.Is(err, bolt.ErrTimeout) {
 				err = fmt.Errorf("state: %s is in use by another agent: %w", path, err)

@@ -1,0 +1,545 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+
+	"github.com/capstanhq/capstan/internal/server"
+)
+
+// Names in the run's cluster.
+const (
+	clusterName = "scale"
+	cpName      = "hollow"
+	daemonName  = "node-agent"
+	serviceName = "web"
+	instanceCPU = 2048
+	instanceMem = 4096
+)
+
+// harness is a server with N hollow instances and the client that drives it.
+type harness struct {
+	o     options
+	log   io.Writer
+	srv   *server.Server
+	cfg   server.Config
+	c     *ecs.Client
+	host  host
+	cpArn string
+
+	mu      sync.Mutex
+	handles []string          // launched hollow instances, in order
+	byArn   map[string]string // container instance ARN → handle
+	next    int
+}
+
+// start starts the server (embedded etcd unless -etcd-endpoints) and the
+// hollow host.
+func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
+	h := &harness{o: o, log: logw, byArn: map[string]string{}}
+	slogger := slog.New(slog.DiscardHandler)
+	if o.serverLog != "" {
+		f, err := os.Create(o.serverLog)
+		if err != nil {
+			return nil, err
+		}
+		slogger = slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	h.cfg = server.Config{
+		Listen:            "127.0.0.1:0",
+		DataDir:           filepath.Join(o.work, "server"),
+		EtcdEndpoints:     o.etcdEndpoints,
+		EtcdPrefix:        fmt.Sprintf("/capstan-scale-%d/", time.Now().UnixNano()),
+		Region:            "us-east-1",
+		AccountID:         "123456789012",
+		AdminKeyID:        "AKIDCAPSTANSCALE",
+		AdminSecret:       "capstan-scale-secret",
+		Provisioner:       "sim",
+		SimProvisionDelay: o.provisionDelay,
+		Log:               slogger,
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	srv, err := server.Start(sctx, h.cfg)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("start server: %w", err)
+	}
+	h.srv = srv
+	hc := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = 64, 64
+	})
+	h.c = ecs.New(ecs.Options{Region: "us-east-1", BaseEndpoint: aws.String(h.url()),
+		Credentials:      credentials.NewStaticCredentialsProvider(h.cfg.AdminKeyID, h.cfg.AdminSecret, ""),
+		HTTPClient:       inMemoryBody{hc},
+		RetryMaxAttempts: 5})
+	dir := filepath.Join(o.work, "hollow")
+	if o.inProcess {
+		h.host, err = newLocalHost(dir, slog.New(slog.DiscardHandler))
+	} else {
+		h.host, err = newChildHost(dir, o.agentLog)
+	}
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("hollow host: %w", err)
+	}
+	return h, nil
+}
+
+func (h *harness) url() string { return "http://" + h.srv.Addr }
+
+// close stops the hollow instances, then the server.
+func (h *harness) close() error {
+	return errors.Join(h.host.Close(), h.srv.Close())
+}
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.log, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+// inMemoryBody hands net/http the request body as a bytes.Reader (see
+// bench/api: smithy-go's own body can lose a connection to a fast answer).
+type inMemoryBody struct{ next ecs.HTTPClient }
+
+func (c inMemoryBody) Do(req *http.Request) (*http.Response, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return c.next.Do(req)
+	}
+	b, err := io.ReadAll(req.Body)
+	if err != nil {
+		return nil, fmt.Errorf("buffer request body: %w", err)
+	}
+	r := req.Clone(req.Context())
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	r.ContentLength = int64(len(b))
+	return c.next.Do(r)
+}
+
+// extension calls a CapstanV1 operation, signed like any ECS call.
+func (h *harness) extension(ctx context.Context, op string, in, out any) error {
+	body, _ := json.Marshal(in)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url()+"/", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
+	req.Header.Set("X-Amz-Target", "CapstanV1."+op)
+	sum := sha256.Sum256(body)
+	creds := aws.Credentials{AccessKeyID: h.cfg.AdminKeyID, SecretAccessKey: h.cfg.AdminSecret}
+	if err := v4.NewSigner().SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "ecs", "us-east-1", time.Now()); err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: HTTP %d: %s", op, resp.StatusCode, b)
+	}
+	return json.Unmarshal(b, out)
+}
+
+// setup creates the cluster and the managed-instances capacity provider.
+func (h *harness) setup(ctx context.Context) error {
+	if _, err := h.c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String(clusterName)}); err != nil {
+		return fmt.Errorf("create cluster: %w", err)
+	}
+	out, err := h.c.CreateCapacityProvider(ctx, &ecs.CreateCapacityProviderInput{Name: aws.String(cpName), Cluster: aws.String(clusterName),
+		ManagedInstancesProvider: &types.CreateManagedInstancesProviderConfiguration{
+			InfrastructureRoleArn:      aws.String("arn:aws:iam::123456789012:role/capstan"),
+			InfrastructureOptimization: &types.InfrastructureOptimization{ScaleInAfter: aws.Int32(-1)},
+			InstanceLaunchTemplate: &types.InstanceLaunchTemplate{Ec2InstanceProfileArn: aws.String("arn:aws:iam::123456789012:instance-profile/capstan"),
+				NetworkConfiguration: &types.ManagedInstancesNetworkConfiguration{Subnets: []string{"sim"}},
+				InstanceRequirements: &types.InstanceRequirementsRequest{VCpuCount: &types.VCpuCountRangeRequest{Min: aws.Int32(instanceCPU / 1024)},
+					MemoryMiB: &types.MemoryMiBRequest{Min: aws.Int32(instanceMem)}}}}})
+	if err != nil {
+		return fmt.Errorf("create capacity provider: %w", err)
+	}
+	h.cpArn = aws.ToString(out.CapacityProvider.CapacityProviderArn)
+	return nil
+}
+
+// credentials mints n agent credentials of the capacity provider, as an
+// operator does for hosts of their own (CapstanV1.CreateAgentCredential).
+func (h *harness) credentials(ctx context.Context, n int) ([]map[string]string, error) {
+	envs := make([]map[string]string, n)
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			var out struct {
+				AccessKeyID     string `json:"accessKeyId"`
+				SecretAccessKey string `json:"secretAccessKey"`
+			}
+			err := h.extension(ctx, "CreateAgentCredential", map[string]string{"cluster": clusterName, "capacityProvider": cpName,
+				"description": fmt.Sprintf("hollow instance %d", i)}, &out)
+			if err != nil {
+				errs <- err
+				return
+			}
+			envs[i] = map[string]string{"CAPSTAN_ENDPOINT": h.url(), "ECS_CLUSTER": clusterName, "AWS_ACCESS_KEY_ID": out.AccessKeyID,
+				"AWS_SECRET_ACCESS_KEY": out.SecretAccessKey, "AWS_REGION": "us-east-1", "ECS_CONTAINER_STOP_TIMEOUT": "2s"}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, fmt.Errorf("create agent credential: %w", err)
+	}
+	return envs, nil
+}
+
+// launch starts one hollow instance per credential.
+func (h *harness) launch(envs []map[string]string) error {
+	for _, env := range envs {
+		h.mu.Lock()
+		h.next++
+		id := fmt.Sprintf("h-%05d", h.next)
+		h.handles = append(h.handles, id)
+		h.mu.Unlock()
+		if err := h.host.Launch(id, instanceCPU, instanceMem, env); err != nil {
+			return fmt.Errorf("launch %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// until polls cond every interval until it holds, ctx ends or timeout.
+func until(ctx context.Context, timeout, interval time.Duration, what string, cond func(ctx context.Context) (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		ok, err := cond(ctx)
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s (last error: %v)", timeout, what, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
+
+// instances lists the cluster's container instances of a status.
+func (h *harness) instanceArns(ctx context.Context, status types.ContainerInstanceStatus) ([]string, error) {
+	var arns []string
+	p := ecs.NewListContainerInstancesPaginator(h.c, &ecs.ListContainerInstancesInput{Cluster: aws.String(clusterName), Status: status, MaxResults: aws.Int32(100)})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		arns = append(arns, out.ContainerInstanceArns...)
+	}
+	return arns, nil
+}
+
+// describeInstances describes instances 100 at a time.
+func (h *harness) describeInstances(ctx context.Context, arns []string) ([]types.ContainerInstance, error) {
+	var out []types.ContainerInstance
+	for chunk := range slices.Chunk(arns, 100) {
+		r, err := h.c.DescribeContainerInstances(ctx, &ecs.DescribeContainerInstancesInput{Cluster: aws.String(clusterName), ContainerInstances: chunk})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r.ContainerInstances...)
+	}
+	return out, nil
+}
+
+// waitInstances waits until n instances are ACTIVE with their agents
+// connected.
+func (h *harness) waitInstances(ctx context.Context, n int, timeout time.Duration) error {
+	last := -1
+	return until(ctx, timeout, time.Second, fmt.Sprintf("%d instances ACTIVE and connected", n), func(ctx context.Context) (bool, error) {
+		arns, err := h.instanceArns(ctx, types.ContainerInstanceStatusActive)
+		if err != nil {
+			return false, err
+		}
+		if len(arns) != last {
+			h.logf("  %d/%d instances ACTIVE", len(arns), n)
+			last = len(arns)
+		}
+		if len(arns) < n {
+			return false, nil
+		}
+		cis, err := h.describeInstances(ctx, arns)
+		if err != nil {
+			return false, err
+		}
+		connected := 0
+		for _, ci := range cis {
+			if ci.AgentConnected {
+				connected++
+			}
+		}
+		return connected >= n, nil
+	})
+}
+
+// daemonTaskDefinition registers a revision of the daemon's family.
+func (h *harness) daemonTaskDefinition(ctx context.Context, image string) (string, error) {
+	out, err := h.c.RegisterDaemonTaskDefinition(ctx, &ecs.RegisterDaemonTaskDefinitionInput{Family: aws.String(daemonName),
+		ContainerDefinitions: []types.DaemonContainerDefinition{{Name: aws.String("agent"), Image: aws.String(image), Memory: aws.Int32(64), Cpu: 64}}})
+	if err != nil {
+		return "", fmt.Errorf("register daemon task definition: %w", err)
+	}
+	return aws.ToString(out.DaemonTaskDefinitionArn), nil
+}
+
+// daemonRunning is the daemon's running count over its current revisions.
+func (h *harness) daemonRunning(ctx context.Context, arn string) (int, string, error) {
+	d, err := h.c.DescribeDaemon(ctx, &ecs.DescribeDaemonInput{DaemonArn: aws.String(arn)})
+	if err != nil {
+		return 0, "", err
+	}
+	n := 0
+	for _, r := range d.Daemon.CurrentRevisions {
+		n += int(r.TotalRunningCount)
+	}
+	return n, aws.ToString(d.Daemon.DeploymentArn), nil
+}
+
+// waitDaemon waits until the daemon runs on n instances.
+func (h *harness) waitDaemon(ctx context.Context, arn string, n int, timeout time.Duration) error {
+	last := -1
+	return until(ctx, timeout, 250*time.Millisecond, fmt.Sprintf("daemon running on %d instances", n), func(ctx context.Context) (bool, error) {
+		got, _, err := h.daemonRunning(ctx, arn)
+		if err != nil {
+			return false, err
+		}
+		if got != last && (got-last >= n/10 || got == n) {
+			h.logf("  daemon running on %d/%d", got, n)
+			last = got
+		}
+		return got >= n, nil
+	})
+}
+
+// waitService waits until the service runs want tasks.
+func (h *harness) waitService(ctx context.Context, want int, timeout time.Duration) error {
+	last := int32(-1)
+	return until(ctx, timeout, 250*time.Millisecond, fmt.Sprintf("service running %d tasks", want), func(ctx context.Context) (bool, error) {
+		out, err := h.c.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String(clusterName), Services: []string{serviceName}})
+		if err != nil || len(out.Services) != 1 {
+			return false, err
+		}
+		s := out.Services[0]
+		if s.RunningCount != last && (int(s.RunningCount-last) >= want/10 || int(s.RunningCount) == want) {
+			h.logf("  service running %d/%d (pending %d)", s.RunningCount, want, s.PendingCount)
+			last = s.RunningCount
+		}
+		return int(s.RunningCount) == want, nil
+	})
+}
+
+// deployment reads a daemon deployment's status.
+func (h *harness) deployment(ctx context.Context, arn string) (types.DaemonDeployment, error) {
+	out, err := h.c.DescribeDaemonDeployments(ctx, &ecs.DescribeDaemonDeploymentsInput{DaemonDeploymentArns: []string{arn}})
+	if err != nil {
+		return types.DaemonDeployment{}, err
+	}
+	if len(out.DaemonDeployments) != 1 {
+		return types.DaemonDeployment{}, fmt.Errorf("deployment %s not found", arn)
+	}
+	return out.DaemonDeployments[0], nil
+}
+
+// tasks describes every task of the cluster with the desired status.
+func (h *harness) tasks(ctx context.Context, desired types.DesiredStatus) ([]types.Task, error) {
+	var arns []string
+	p := ecs.NewListTasksPaginator(h.c, &ecs.ListTasksInput{Cluster: aws.String(clusterName), DesiredStatus: desired, MaxResults: aws.Int32(100)})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		arns = append(arns, out.TaskArns...)
+	}
+	var ts []types.Task
+	for chunk := range slices.Chunk(arns, 100) {
+		out, err := h.c.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String(clusterName), Tasks: chunk})
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, out.Tasks...)
+	}
+	return ts, nil
+}
+
+// latencies samples API calls until stop is closed.
+type latencies struct {
+	mu     sync.Mutex
+	byOp   map[string][]time.Duration
+	errors atomic.Int64
+}
+
+func (l *latencies) add(op string, d time.Duration, err error) {
+	if err != nil {
+		l.errors.Add(1)
+		return
+	}
+	l.mu.Lock()
+	l.byOp[op] = append(l.byOp[op], d)
+	l.mu.Unlock()
+}
+
+// sample calls DescribeDaemon, ListTasks and DescribeContainerInstances
+// (10 instances) in turn, with one client, until ctx ends.
+func (h *harness) sample(ctx context.Context, daemonArn string, instances []string, l *latencies) {
+	i := 0
+	for ctx.Err() == nil {
+		t := time.Now()
+		_, err := h.c.DescribeDaemon(ctx, &ecs.DescribeDaemonInput{DaemonArn: aws.String(daemonArn)})
+		if ctx.Err() != nil {
+			return
+		}
+		l.add("DescribeDaemon", time.Since(t), err)
+		t = time.Now()
+		_, err = h.c.ListTasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(clusterName), MaxResults: aws.Int32(100)})
+		if ctx.Err() != nil {
+			return
+		}
+		l.add("ListTasks", time.Since(t), err)
+		var some []string
+		for k := range 10 {
+			some = append(some, instances[(i*10+k)%len(instances)])
+		}
+		i++
+		t = time.Now()
+		_, err = h.c.DescribeContainerInstances(ctx, &ecs.DescribeContainerInstancesInput{Cluster: aws.String(clusterName), ContainerInstances: some})
+		if ctx.Err() != nil {
+			return
+		}
+		l.add("DescribeContainerInstances", time.Since(t), err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func (l *latencies) summary() (all []time.Duration, per map[string][2]float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	per = map[string][2]float64{}
+	for op, ds := range l.byOp {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		per[op] = [2]float64{ms(pct(s, 0.5)), ms(pct(s, 0.99))}
+		all = append(all, ds...)
+	}
+	slices.Sort(all)
+	return all, per
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// invariants checks what must hold once the fleet has settled: n ACTIVE
+// instances, the daemon exactly once on each, the service's tasks all
+// RUNNING on ACTIVE instances. It returns the problems found.
+func (h *harness) invariants(ctx context.Context, n, serviceTasks int) ([]string, error) {
+	arns, err := h.instanceArns(ctx, types.ContainerInstanceStatusActive)
+	if err != nil {
+		return nil, err
+	}
+	var problems []string
+	if len(arns) != n {
+		problems = append(problems, fmt.Sprintf("%d ACTIVE instances, want %d", len(arns), n))
+	}
+	active := map[string]bool{}
+	for _, a := range arns {
+		active[a] = true
+	}
+	ts, err := h.tasks(ctx, types.DesiredStatusRunning)
+	if err != nil {
+		return nil, err
+	}
+	daemons := map[string]int{}
+	service := 0
+	for _, t := range ts {
+		ci := aws.ToString(t.ContainerInstanceArn)
+		switch g := aws.ToString(t.Group); {
+		case strings.HasPrefix(g, "daemon:"):
+			if aws.ToString(t.LastStatus) == "RUNNING" {
+				daemons[ci]++
+			}
+		case g == "service:"+serviceName:
+			if aws.ToString(t.LastStatus) != "RUNNING" {
+				problems = append(problems, fmt.Sprintf("service task %s is %s", aws.ToString(t.TaskArn), aws.ToString(t.LastStatus)))
+				continue
+			}
+			if !active[ci] {
+				problems = append(problems, fmt.Sprintf("service task %s runs on %s, which is not ACTIVE", aws.ToString(t.TaskArn), ci))
+			}
+			service++
+		}
+	}
+	if service != serviceTasks {
+		problems = append(problems, fmt.Sprintf("%d service tasks RUNNING, want %d", service, serviceTasks))
+	}
+	var missing, twice []string
+	for _, a := range arns {
+		switch daemons[a] {
+		case 1:
+		case 0:
+			missing = append(missing, a)
+		default:
+			twice = append(twice, a)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		problems = append(problems, fmt.Sprintf("%d instances without the daemon RUNNING (first %s)", len(missing), missing[0]))
+	}
+	if len(twice) > 0 {
+		problems = append(problems, fmt.Sprintf("%d instances with the daemon RUNNING more than once (first %s)", len(twice), twice[0]))
+	}
+	return problems, nil
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/provision"
+	simprov "github.com/capstanhq/capstan/internal/provision/sim"
+)
+
+// host runs hollow instances: in this process (tests), or in a child
+// process so that the server's memory and CPU are measured alone.
+type host interface {
+	Launch(id string, cpu, mem int, env map[string]string) error
+	Kill(id string) error
+	// Arn is the container instance the instance registered as.
+	Arn(id string) (string, error)
+	Stats() (hostStats, error)
+	Close() error
+}
+
+// hostStats describe the process the hollow instances run in.
+type hostStats struct {
+	RSSBytes   int64   `json:"rss"`
+	HeapBytes  int64   `json:"heap"`
+	Goroutines int     `json:"goroutines"`
+	CPUSeconds float64 `json:"cpu"`
+}
+
+// localHost runs instances through a sim provisioner in this process.
+type localHost struct{ p *simprov.Provisioner }
+
+func newLocalHost(dir string, log *slog.Logger) (*localHost, error) {
+	p, err := simprov.New(simprov.Config{Dir: dir, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	return &localHost{p: p}, nil
+}
+
+func (h *localHost) Launch(id string, cpu, mem int, env map[string]string) error {
+	_, err := h.p.Launch(context.Background(), provision.Request{ID: id, CPU: cpu, MemoryMiB: mem, Env: env})
+	return err
+}
+
+func (h *localHost) Kill(id string) error          { return h.p.Kill(id) }
+func (h *localHost) Arn(id string) (string, error) { return h.p.InstanceArn(id), nil }
+func (h *localHost) Close() error                  { return h.p.Close() }
+func (h *localHost) Stats() (hostStats, error) {
+	return selfStats(), nil
+}
+
+// selfStats measures this process, after a collection so the heap is live
+// data only.
+func selfStats() hostStats {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return hostStats{RSSBytes: rss(os.Getpid()), HeapBytes: int64(ms.HeapInuse), Goroutines: runtime.NumGoroutine(), CPUSeconds: cpuSeconds(os.Getpid())}
+}
+
+// rss reads a process's resident set from /proc (0 elsewhere).
+func rss(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// cpuSeconds is a process's user and system CPU time from /proc.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// childEnv marks the process as the hollow host.
+const childEnv = "CAPSTAN_SCALE_HOLLOW_HOST"
+
+// request and response are the child's protocol, one JSON line each.
+type request struct {
+	Op  string            `json:"op"` // launch, kill, stats
+	ID  string            `json:"id,omitempty"`
+	CPU int               `json:"cpu,omitempty"`
+	Mem int               `json:"mem,omitempty"`
+	Env map[string]string `json:"env,omitempty"`
+}
+
+type response struct {
+	Err   string    `json:"err,omitempty"`
+	Arn   string    `json:"arn,omitempty"`
+	Stats hostStats `json:"stats"`
+}
+
+// childHost runs instances in a child process of this executable.
+type childHost struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+	mu  sync.Mutex
+}
+
+func newChildHost(dir, logPath string) (*childHost, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), childEnv+"="+dir, "CAPSTAN_SCALE_AGENT_LOG="+logPath)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	return &childHost{cmd: cmd, in: in, out: sc}, nil
+}
+
+func (h *childHost) call(r request) (response, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b, _ := json.Marshal(r)
+	if _, err := h.in.Write(append(b, '\n')); err != nil {
+		return response{}, fmt.Errorf("hollow host: %w", err)
+	}
+	if !h.out.Scan() {
+		return response{}, fmt.Errorf("hollow host exited: %v", h.out.Err())
+	}
+	var resp response
+	if err := json.Unmarshal(h.out.Bytes(), &resp); err != nil {
+		return response{}, fmt.Errorf("hollow host: %w", err)
+	}
+	if resp.Err != "" {
+		return resp, errors.New(resp.Err)
+	}
+	return resp, nil
+}
+
+func (h *childHost) Launch(id string, cpu, mem int, env map[string]string) error {
+	_, err := h.call(request{Op: "launch", ID: id, CPU: cpu, Mem: mem, Env: env})
+	return err
+}
+
+func (h *childHost) Kill(id string) error {
+	_, err := h.call(request{Op: "kill", ID: id})
+	return err
+}
+
+func (h *childHost) Arn(id string) (string, error) {
+	r, err := h.call(request{Op: "arn", ID: id})
+	return r.Arn, err
+}
+
+func (h *childHost) Stats() (hostStats, error) {
+	r, err := h.call(request{Op: "stats"})
+	return r.Stats, err
+}
+
+func (h *childHost) Close() error {
+	h.in.Close() // the child terminates its instances and exits
+	done := make(chan error, 1)
+	go func() { done <- h.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(2 * time.Minute):
+		h.cmd.Process.Kill()
+		return errors.New("hollow host did not exit in 2m; killed")
+	}
+}
+
+// serveHost is the child's main: it serves requests until stdin closes.
+func serveHost(dir string) error {
+	log := slog.New(slog.DiscardHandler)
+	if path := os.Getenv("CAPSTAN_SCALE_AGENT_LOG"); path != "" {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		log = slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	h, err := newLocalHost(dir, log)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 64<<10), 1<<20)
+	out := bufio.NewWriter(os.Stdout)
+	for in.Scan() {
+		var r request
+		var resp response
+		if err := json.Unmarshal(in.Bytes(), &r); err != nil {
+			resp.Err = err.Error()
+		} else {
+			switch r.Op {
+			case "launch":
+				err = h.Launch(r.ID, r.CPU, r.Mem, r.Env)
+			case "kill":
+				err = h.Kill(r.ID)
+			case "arn":
+				resp.Arn, err = h.Arn(r.ID)
+			case "stats":
+				resp.Stats, err = h.Stats()
+			default:
+				err = fmt.Errorf("unknown op %q", r.Op)
+			}
+			if err != nil {
+				resp.Err = err.Error()
+			}
+		}
+		b, _ := json.Marshal(resp)
+		out.Write(append(b, '\n'))
+		out.Flush()
+	}
+	return in.Err()
+}

@@ -1,0 +1,588 @@
+// Command scale measures the control plane with N hollow instances: the
+// real agent (session, task engine, bbolt state, resources) on simulated
+// containers, thousands of them in one process.
+//
+//	go run ./bench/scale [-instances 1000] [-json out.json] [-cpuprofile cpu.pprof]
+//
+// The server runs in this process (embedded etcd in a temporary directory,
+// or -etcd-endpoints); the hollow instances run in a child process (this
+// executable again), so that the server's memory and CPU are measured
+// alone. Each instance registers with a credential of its own minted with
+// CapstanV1.CreateAgentCredential for the run's MANAGED_INSTANCES capacity
+// provider (how an operator adds hosts of their own) and keeps its own
+// websocket session. The run measures, in order:
+//
+//  1. registration: N instances launched at once → all ACTIVE, connected;
+//  2. CreateDaemon → the daemon RUNNING on all N (DescribeDaemon counts);
+//  3. CreateService of 2N tasks → all RUNNING (placements per second);
+//  4. UpdateDaemon with drainPercent 25 → deployment SUCCESSFUL, while one
+//     client samples DescribeDaemon, ListTasks and DescribeContainerInstances
+//     (p50/p99); then drainPercent 100 and 10. A rollout that does not
+//     finish within -rollout-timeout is reported as not finished;
+//  5. instance loss: 1% of the instances killed (their agents and
+//     containers stop at once) → the server reports them disconnected
+//     (detection); then, as an operator's automation would, each lost
+//     instance is deregistered and a new one launched → the service back
+//     at 2N RUNNING tasks and the daemon on every instance (replacement).
+//
+// It prints a table and, with -json, writes the report. Server RSS and CPU
+// are this process's (server, etcd and the measuring client); the hollow
+// agents' memory is the child's, per instance.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+)
+
+type options struct {
+	instances      int
+	jsonOut        string
+	etcdEndpoints  []string
+	cpuProfile     string
+	memProfile     string
+	provisionDelay time.Duration
+	rolloutTimeout time.Duration
+	phaseTimeout   time.Duration
+	serverLog      string
+	agentLog       string
+	work           string
+	keep           bool
+	// inProcess runs the hollow instances in this process (tests).
+	inProcess bool
+	// skipRollouts leaves out step 4 (tests).
+	skipRollouts bool
+}
+
+func main() {
+	if dir := os.Getenv(childEnv); dir != "" {
+		if err := serveHost(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "hollow host:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := run(ctx, o, os.Stdout)
+	if rep != nil {
+		printTable(os.Stdout, rep)
+		if o.jsonOut != "" {
+			b, _ := json.MarshalIndent(rep, "", "  ")
+			if werr := os.WriteFile(o.jsonOut, append(b, '\n'), 0o644); werr != nil {
+				fmt.Fprintln(os.Stderr, "scale:", werr)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (options, error) {
+	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
+	var o options
+	var endpoints string
+	fs.IntVar(&o.instances, "instances", 1000, "hollow instances")
+	fs.StringVar(&o.jsonOut, "json", "", "write the report as JSON to this file")
+	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated URLs of an external etcd (default: embedded)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server process's CPU profile (whole run) here")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile after the service is placed here")
+	fs.DurationVar(&o.provisionDelay, "sim-provision-delay", 0, "boot delay of instances the server provisions itself")
+	fs.DurationVar(&o.rolloutTimeout, "rollout-timeout", 2*time.Minute, "give up on a daemon rollout after this long")
+	fs.DurationVar(&o.phaseTimeout, "timeout", 15*time.Minute, "give up on any other step after this long")
+	fs.StringVar(&o.serverLog, "server-log", "", "write the server's log here")
+	fs.StringVar(&o.agentLog, "agent-log", "", "write the hollow agents' warnings here")
+	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.instances < 1 {
+		return o, fmt.Errorf("-instances must be at least 1")
+	}
+	if endpoints != "" {
+		o.etcdEndpoints = strings.Split(endpoints, ",")
+	}
+	return o, nil
+}
+
+// Report is the JSON report; durations in seconds.
+type Report struct {
+	Started   time.Time `json:"started"`
+	Machine   Machine   `json:"machine"`
+	Instances int       `json:"instances"`
+	Etcd      string    `json:"etcd"`
+
+	CredentialsSeconds      float64 `json:"credentials_seconds"`
+	RegisterSeconds         float64 `json:"register_seconds"`
+	InstancesPerSecond      float64 `json:"instances_per_second"`
+	DaemonPlacementSeconds  float64 `json:"daemon_placement_seconds"`
+	ServiceTasks            int     `json:"service_tasks"`
+	ServiceSeconds          float64 `json:"service_seconds"`
+	PlacementsPerSecond     float64 `json:"placements_per_second"`
+	RolloutSeconds          float64 `json:"rollout_seconds"` // drainPercent 25; -1 when not finished
+	Rollouts                []Rollout
+	APIP50Ms                float64               `json:"api_p50_ms"`
+	APIP99Ms                float64               `json:"api_p99_ms"`
+	APIByOp                 map[string][2]float64 `json:"api_by_op_p50_p99_ms"`
+	APISamples              int                   `json:"api_samples"`
+	APIErrors               int64                 `json:"api_errors"`
+	ServerRSSMiB            float64               `json:"server_rss_mib"`
+	ServerPeakRSSMiB        float64               `json:"server_peak_rss_mib"`
+	ServerCPUSeconds        float64               `json:"server_cpu_seconds"`
+	ServerHeapPerInstanceKi float64               `json:"server_heap_per_instance_kib"`
+	ServerGoroutines        int                   `json:"server_goroutines"`
+	EtcdDBMiB               float64               `json:"etcd_db_mib"`
+	AgentRSSPerInstanceKiB  float64               `json:"agent_rss_per_instance_kib"`
+	AgentHeapPerInstanceKiB float64               `json:"agent_heap_per_instance_kib"`
+	AgentGoroutinesPerInst  float64               `json:"agent_goroutines_per_instance"`
+	AgentCPUSeconds         float64               `json:"agent_cpu_seconds"`
+	Killed                  int                   `json:"killed"`
+	DetectSeconds           float64               `json:"detect_seconds"`
+	ReplaceSeconds          float64               `json:"replace_seconds"`
+	Invariants              []string              `json:"invariant_violations"`
+	Notes                   []string              `json:"notes,omitempty"`
+}
+
+// Rollout is one UpdateDaemon measurement.
+type Rollout struct {
+	DrainPercent float64 `json:"drain_percent"`
+	Seconds      float64 `json:"seconds"` // -1: not finished
+	Status       string  `json:"status"`
+	Reason       string  `json:"reason,omitempty"`
+}
+
+// Machine describes where the numbers were taken.
+type Machine struct {
+	GOOS, GOARCH string
+	NumCPU       int
+	GOMAXPROCS   int
+	CPUModel     string
+	GoVersion    string
+	Revision     string
+	LoadAvgStart string
+	LoadAvgEnd   string
+}
+
+func machine() Machine {
+	m := Machine{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(),
+		GoVersion: runtime.Version(), LoadAvgStart: loadAvg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				m.Revision = s.Value
+			}
+		}
+	}
+	return m
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// run performs the whole measurement; the report holds what was measured
+// even when a step fails.
+func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
+	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", RolloutSeconds: -1,
+		DetectSeconds: -1, ReplaceSeconds: -1}
+	if len(o.etcdEndpoints) > 0 {
+		rep.Etcd = strings.Join(o.etcdEndpoints, ",")
+	}
+	if o.work == "" {
+		dir, err := os.MkdirTemp("", "capstan-scale-")
+		if err != nil {
+			return nil, err
+		}
+		o.work = dir
+		if !o.keep {
+			defer os.RemoveAll(dir)
+		}
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	h, err := start(ctx, o, w)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		h.logf("stopping %d hollow instances and the server", len(h.handles))
+		if err := h.close(); err != nil {
+			fmt.Fprintln(os.Stderr, "scale: cleanup:", err)
+		}
+	}()
+	err = measure(ctx, o, h, rep)
+	rep.Machine.LoadAvgEnd = loadAvg()
+	self := selfStats()
+	rep.ServerRSSMiB = float64(self.RSSBytes) / (1 << 20)
+	rep.ServerPeakRSSMiB = float64(peakRSS()) / (1 << 20)
+	rep.ServerCPUSeconds = self.CPUSeconds
+	rep.ServerGoroutines = self.Goroutines
+	if st, serr := os.Stat(filepath.Join(h.cfg.DataDir, "etcd", "data", "member", "snap", "db")); serr == nil {
+		rep.EtcdDBMiB = float64(st.Size()) / (1 << 20)
+	}
+	if hs, herr := h.host.Stats(); herr == nil {
+		rep.AgentCPUSeconds = hs.CPUSeconds
+	}
+	return rep, err
+}
+
+// peakRSS is this process's high-water resident set.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func measure(ctx context.Context, o options, h *harness, rep *Report) error {
+	n := o.instances
+	if err := h.setup(ctx); err != nil {
+		return err
+	}
+
+	// 1. Registration.
+	t := time.Now()
+	envs, err := h.credentials(ctx, n)
+	if err != nil {
+		return err
+	}
+	rep.CredentialsSeconds = time.Since(t).Seconds()
+	h.logf("minted %d agent credentials in %.1fs", n, rep.CredentialsSeconds)
+	serverBefore := selfStats()
+	hostBefore, err := h.host.Stats()
+	if err != nil {
+		return err
+	}
+	h.logf("launching %d hollow instances", n)
+	t = time.Now()
+	if err := h.launch(envs); err != nil {
+		return err
+	}
+	if err := h.waitInstances(ctx, n, o.phaseTimeout); err != nil {
+		return err
+	}
+	rep.RegisterSeconds = time.Since(t).Seconds()
+	rep.InstancesPerSecond = float64(n) / rep.RegisterSeconds
+	h.logf("registration: %d instances ACTIVE and connected in %.1fs", n, rep.RegisterSeconds)
+	serverAfter := selfStats()
+	hostAfter, err := h.host.Stats()
+	if err != nil {
+		return err
+	}
+	rep.ServerHeapPerInstanceKi = float64(serverAfter.HeapBytes-serverBefore.HeapBytes) / 1024 / float64(n)
+	rep.AgentRSSPerInstanceKiB = float64(hostAfter.RSSBytes-hostBefore.RSSBytes) / 1024 / float64(n)
+	rep.AgentHeapPerInstanceKiB = float64(hostAfter.HeapBytes-hostBefore.HeapBytes) / 1024 / float64(n)
+	rep.AgentGoroutinesPerInst = float64(hostAfter.Goroutines-hostBefore.Goroutines) / float64(n)
+	instances, err := h.instanceArns(ctx, types.ContainerInstanceStatusActive)
+	if err != nil {
+		return err
+	}
+
+	// 2. The daemon on every instance.
+	td, err := h.daemonTaskDefinition(ctx, "example/node-agent:1")
+	if err != nil {
+		return err
+	}
+	t = time.Now()
+	d, err := h.c.CreateDaemon(ctx, &ecs.CreateDaemonInput{DaemonName: aws.String(daemonName), ClusterArn: aws.String(clusterName),
+		DaemonTaskDefinitionArn: aws.String(td), CapacityProviderArns: []string{h.cpArn}, Critical: aws.Bool(true)})
+	if err != nil {
+		return fmt.Errorf("create daemon: %w", err)
+	}
+	daemonArn := aws.ToString(d.DaemonArn)
+	if err := h.waitDaemon(ctx, daemonArn, n, o.phaseTimeout); err != nil {
+		return err
+	}
+	rep.DaemonPlacementSeconds = time.Since(t).Seconds()
+	h.logf("daemon RUNNING on all %d instances in %.1fs", n, rep.DaemonPlacementSeconds)
+
+	// 3. A service of 2N tasks.
+	app, err := h.c.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String(serviceName),
+		ContainerDefinitions: []types.ContainerDefinition{{Name: aws.String("web"), Image: aws.String("example/web:1"), Memory: aws.Int32(128), Cpu: 64}}})
+	if err != nil {
+		return fmt.Errorf("register task definition: %w", err)
+	}
+	rep.ServiceTasks = 2 * n
+	t = time.Now()
+	if _, err := h.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(clusterName), ServiceName: aws.String(serviceName),
+		TaskDefinition: app.TaskDefinition.TaskDefinitionArn, DesiredCount: aws.Int32(int32(2 * n)),
+		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String(cpName)}}}); err != nil {
+		return fmt.Errorf("create service: %w", err)
+	}
+	if err := h.waitService(ctx, 2*n, o.phaseTimeout); err != nil {
+		return err
+	}
+	rep.ServiceSeconds = time.Since(t).Seconds()
+	rep.PlacementsPerSecond = float64(2*n) / rep.ServiceSeconds
+	h.logf("service: %d tasks RUNNING in %.1fs (%.0f placements/s)", 2*n, rep.ServiceSeconds, rep.PlacementsPerSecond)
+	if o.memProfile != "" {
+		writeHeapProfile(o.memProfile)
+	}
+	problems, err := h.invariants(ctx, n, 2*n)
+	if err != nil {
+		return err
+	}
+	rep.Invariants = append(rep.Invariants, problems...)
+
+	// 4. Rollouts, with API latency sampled during the first.
+	if !o.skipRollouts {
+		if err := h.rollouts(ctx, o, rep, daemonArn, instances); err != nil {
+			return err
+		}
+	}
+
+	// 5. Instance loss.
+	return h.loss(ctx, o, rep, daemonArn)
+}
+
+// rollouts runs UpdateDaemon with drainPercent 25, 100 and 10.
+func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonArn string, instances []string) error {
+	for i, drain := range []float64{25, 100, 10} {
+		td, err := h.daemonTaskDefinition(ctx, fmt.Sprintf("example/node-agent:%d", i+2))
+		if err != nil {
+			return err
+		}
+		var lat *latencies
+		sctx, stopSampling := context.WithCancel(ctx)
+		sampled := make(chan struct{})
+		if i == 0 {
+			lat = &latencies{byOp: map[string][]time.Duration{}}
+			go func() { defer close(sampled); h.sample(sctx, daemonArn, instances, lat) }()
+		} else {
+			close(sampled)
+		}
+		t := time.Now()
+		_, err = h.c.UpdateDaemon(ctx, &ecs.UpdateDaemonInput{DaemonArn: aws.String(daemonArn), DaemonTaskDefinitionArn: aws.String(td),
+			CapacityProviderArns: []string{h.cpArn}, Critical: aws.Bool(true),
+			DeploymentConfiguration: &types.DaemonDeploymentConfiguration{DrainPercent: aws.Float64(drain)}})
+		if err != nil {
+			stopSampling()
+			return fmt.Errorf("update daemon (drainPercent %v): %w", drain, err)
+		}
+		r := Rollout{DrainPercent: drain, Seconds: -1}
+		_, depArn, err := h.daemonRunning(ctx, daemonArn)
+		if err != nil {
+			stopSampling()
+			return err
+		}
+		var dep types.DaemonDeployment
+		werr := until(ctx, o.rolloutTimeout, 250*time.Millisecond, "deployment finished", func(ctx context.Context) (bool, error) {
+			dep, err = h.deployment(ctx, depArn)
+			if err != nil {
+				return false, err
+			}
+			r.Status = string(dep.Status)
+			switch dep.Status {
+			case types.DaemonDeploymentStatusPending, types.DaemonDeploymentStatusInProgress, "STOP_REQUESTED", "ROLLBACK_IN_PROGRESS":
+				return false, nil
+			}
+			return true, nil
+		})
+		stopSampling()
+		<-sampled
+		if lat != nil {
+			all, per := lat.summary()
+			rep.APISamples, rep.APIByOp, rep.APIErrors = len(all), per, lat.errors.Load()
+			rep.APIP50Ms, rep.APIP99Ms = ms(pct(all, 0.5)), ms(pct(all, 0.99))
+		}
+		if werr == nil && dep.Status == types.DaemonDeploymentStatusSuccessful {
+			r.Seconds = time.Since(t).Seconds()
+		}
+		r.Reason = aws.ToString(dep.StatusReason)
+		rep.Rollouts = append(rep.Rollouts, r)
+		if drain == 25 {
+			rep.RolloutSeconds = r.Seconds
+		}
+		if r.Seconds < 0 {
+			h.logf("rollout drainPercent %v: not finished (%s after %s: %s)", drain, r.Status, o.rolloutTimeout, r.Reason)
+			rep.Notes = append(rep.Notes, fmt.Sprintf("rollout drainPercent %v did not finish within %s (status %s); later rollouts not run", drain, o.rolloutTimeout, r.Status))
+			return nil
+		}
+		h.logf("rollout drainPercent %v: SUCCESSFUL in %.1fs", drain, r.Seconds)
+	}
+	return nil
+}
+
+// loss kills 1% of the instances and measures detection and replacement.
+func (h *harness) loss(ctx context.Context, o options, rep *Report, daemonArn string) error {
+	n := o.instances
+	k := max(1, n/100)
+	h.mu.Lock()
+	var victims []string
+	for i := range k {
+		victims = append(victims, h.handles[i*len(h.handles)/k])
+	}
+	h.mu.Unlock()
+	var arns []string
+	for _, v := range victims {
+		a, err := h.host.Arn(v)
+		if err != nil || a == "" {
+			return fmt.Errorf("instance of %s: %q %v", v, a, err)
+		}
+		arns = append(arns, a)
+	}
+	rep.Killed = k
+	t := time.Now()
+	for _, v := range victims {
+		if err := h.host.Kill(v); err != nil {
+			return fmt.Errorf("kill %s: %w", v, err)
+		}
+	}
+	h.logf("killed %d instances", k)
+	err := until(ctx, o.phaseTimeout, 100*time.Millisecond, "lost instances reported disconnected", func(ctx context.Context) (bool, error) {
+		cis, err := h.describeInstances(ctx, arns)
+		if err != nil {
+			return false, err
+		}
+		for _, ci := range cis {
+			if ci.AgentConnected {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	rep.DetectSeconds = time.Since(t).Seconds()
+	h.logf("loss detected in %.2fs", rep.DetectSeconds)
+	for _, a := range arns {
+		if _, err := h.c.DeregisterContainerInstance(ctx, &ecs.DeregisterContainerInstanceInput{Cluster: aws.String(clusterName),
+			ContainerInstance: aws.String(a), Force: aws.Bool(true)}); err != nil {
+			return fmt.Errorf("deregister %s: %w", a, err)
+		}
+	}
+	envs, err := h.credentials(ctx, k)
+	if err != nil {
+		return err
+	}
+	if err := h.launch(envs); err != nil {
+		return err
+	}
+	if err := h.waitInstances(ctx, n, o.phaseTimeout); err != nil {
+		return err
+	}
+	if err := h.waitDaemon(ctx, daemonArn, n, o.phaseTimeout); err != nil {
+		return err
+	}
+	if err := h.waitService(ctx, 2*n, o.phaseTimeout); err != nil {
+		return err
+	}
+	rep.ReplaceSeconds = time.Since(t).Seconds()
+	h.logf("replaced in %.1fs", rep.ReplaceSeconds)
+	problems, err := h.invariants(ctx, n, 2*n)
+	if err != nil {
+		return err
+	}
+	rep.Invariants = append(rep.Invariants, problems...)
+	return nil
+}
+
+func writeHeapProfile(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		return
+	}
+	defer f.Close()
+	runtime.GC()
+	pprof.WriteHeapProfile(f)
+}
+
+func secs(v float64) string {
+	if v < 0 {
+		return "not finished"
+	}
+	return fmt.Sprintf("%.1f s", v)
+}
+
+func printTable(w io.Writer, r *Report) {
+	m := r.Machine
+	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, etcd %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
+		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, r.Etcd)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "hollow instances\t%d\n", r.Instances)
+	fmt.Fprintf(tw, "registration (launch → all ACTIVE, connected)\t%.1f s\t%.0f instances/s\n", r.RegisterSeconds, r.InstancesPerSecond)
+	fmt.Fprintf(tw, "CreateDaemon → RUNNING on all\t%.1f s\n", r.DaemonPlacementSeconds)
+	fmt.Fprintf(tw, "service of %d tasks → all RUNNING\t%.1f s\t%.0f placements/s\n", r.ServiceTasks, r.ServiceSeconds, r.PlacementsPerSecond)
+	for _, ro := range r.Rollouts {
+		fmt.Fprintf(tw, "UpdateDaemon drainPercent %v → SUCCESSFUL\t%s\t%s\n", ro.DrainPercent, secs(ro.Seconds), ro.Status)
+	}
+	fmt.Fprintf(tw, "API during rollout (%d calls, %d errors)\tp50 %.1f ms\tp99 %.1f ms\n", r.APISamples, r.APIErrors, r.APIP50Ms, r.APIP99Ms)
+	for op, v := range r.APIByOp {
+		fmt.Fprintf(tw, "  %s\tp50 %.1f ms\tp99 %.1f ms\n", op, v[0], v[1])
+	}
+	fmt.Fprintf(tw, "server RSS (now / peak)\t%.0f MiB\t%.0f MiB\n", r.ServerRSSMiB, r.ServerPeakRSSMiB)
+	fmt.Fprintf(tw, "server CPU\t%.1f s\n", r.ServerCPUSeconds)
+	fmt.Fprintf(tw, "server heap per instance (sessions, records)\t%.1f KiB\n", r.ServerHeapPerInstanceKi)
+	fmt.Fprintf(tw, "etcd db\t%.1f MiB\n", r.EtcdDBMiB)
+	fmt.Fprintf(tw, "hollow agent per instance (RSS / heap)\t%.0f KiB\t%.0f KiB\t%.1f goroutines\n", r.AgentRSSPerInstanceKiB, r.AgentHeapPerInstanceKiB, r.AgentGoroutinesPerInst)
+	fmt.Fprintf(tw, "hollow agents CPU\t%.1f s\n", r.AgentCPUSeconds)
+	fmt.Fprintf(tw, "loss of %d instances: detected\t%s\n", r.Killed, secs(r.DetectSeconds))
+	fmt.Fprintf(tw, "  replaced (service and daemon whole again)\t%s\n", secs(r.ReplaceSeconds))
+	fmt.Fprintf(tw, "invariant violations\t%d\n", len(r.Invariants))
+	tw.Flush()
+	for _, v := range r.Invariants {
+		fmt.Fprintln(w, "  violation:", v)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+}
