@@ -25,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
 	"github.com/capstanhq/capstan/internal/agent/daemonnet"
+	"github.com/capstanhq/capstan/internal/coverage"
 	"github.com/capstanhq/capstan/internal/provision/local"
 	"github.com/capstanhq/capstan/internal/runtime/docker"
 	"github.com/capstanhq/capstan/internal/server"
@@ -52,7 +53,7 @@ type bench struct {
 	srv      *server.Server
 	cfg      server.Config
 	c        *ecs.Client
-	ev       *eventsClient
+	ev       *coverage.Client
 	image    string
 	bin      string
 	clusters []string
@@ -61,7 +62,7 @@ type bench struct {
 	restarted []*exec.Cmd
 	closeLog  func()
 	// histories are the clusters' records as read, for -events.
-	histories []*history
+	histories []*coverage.History
 }
 
 func newBench(ctx context.Context, o options, out io.Writer, rt *docker.Runtime, work string) (*bench, error) {
@@ -116,7 +117,7 @@ func newBench(ctx context.Context, o options, out io.Writer, rt *docker.Runtime,
 		HTTPClient:       inMemoryBody{hc},
 		RetryMaxAttempts: 3,
 	})
-	b.ev = &eventsClient{url: url, creds: aws.Credentials{AccessKeyID: b.cfg.AdminKeyID, SecretAccessKey: b.cfg.AdminSecret}, hc: &http.Client{Timeout: time.Minute}}
+	b.ev = coverage.NewClient(url, aws.Credentials{AccessKeyID: b.cfg.AdminKeyID, SecretAccessKey: b.cfg.AdminSecret}, &http.Client{Timeout: time.Minute})
 	fmt.Fprintf(out, "server %s, local instances from %s\n", url, b.bin)
 	return b, nil
 }
@@ -265,7 +266,7 @@ func (b *bench) capacityProvider(ctx context.Context, cluster, name string, scal
 // creates a daemon of it on one capacity provider. With sidecarStop > 0
 // the task also has a non-essential container that ignores SIGTERM and is
 // killed only after that many seconds.
-func (b *bench) daemon(ctx context.Context, cluster, name, cpName, cpArn string, critical bool, sidecarStop int32) (daemonSpec, error) {
+func (b *bench) daemon(ctx context.Context, cluster, name, cpName, cpArn string, critical bool, sidecarStop int32) (coverage.Daemon, error) {
 	cds := []types.DaemonContainerDefinition{{Name: aws.String(name), Image: aws.String(b.image), Memory: aws.Int32(32), Command: loop}}
 	if sidecarStop > 0 {
 		cds = append(cds, types.DaemonContainerDefinition{Name: aws.String("sidecar"), Image: aws.String(b.image), Memory: aws.Int32(16),
@@ -274,15 +275,15 @@ func (b *bench) daemon(ctx context.Context, cluster, name, cpName, cpArn string,
 	}
 	td, err := b.c.RegisterDaemonTaskDefinition(ctx, &ecs.RegisterDaemonTaskDefinitionInput{Family: aws.String(name), ContainerDefinitions: cds})
 	if err != nil {
-		return daemonSpec{}, fmt.Errorf("register daemon task definition %s: %w", name, err)
+		return coverage.Daemon{}, fmt.Errorf("register daemon task definition %s: %w", name, err)
 	}
 	created := time.Now()
 	out, err := b.c.CreateDaemon(ctx, &ecs.CreateDaemonInput{DaemonName: aws.String(name), ClusterArn: aws.String(cluster),
 		DaemonTaskDefinitionArn: td.DaemonTaskDefinitionArn, CapacityProviderArns: []string{cpArn}, Critical: aws.Bool(critical)})
 	if err != nil {
-		return daemonSpec{}, fmt.Errorf("create daemon %s: %w", name, err)
+		return coverage.Daemon{}, fmt.Errorf("create daemon %s: %w", name, err)
 	}
-	return daemonSpec{Name: name, Arn: aws.ToString(out.DaemonArn), Critical: critical, CPs: []string{cpName}, Created: created}, nil
+	return coverage.Daemon{Name: name, Arn: aws.ToString(out.DaemonArn), Critical: critical, CPs: []string{cpName}, Created: created}, nil
 }
 
 // waitDeployment waits for a daemon's deployment to finish.

@@ -55,6 +55,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/capstanhq/capstan/internal/coverage"
 	"github.com/capstanhq/capstan/internal/runtime/docker"
 )
 
@@ -255,14 +256,14 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	return runErr
 }
 
-func writeEvents(path string, hs []*history) error {
+func writeEvents(path string, hs []*coverage.History) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	enc := json.NewEncoder(f)
 	for _, h := range hs {
-		for _, ev := range h.raw {
+		for _, ev := range h.Events() {
 			if err := enc.Encode(ev); err != nil {
 				f.Close()
 				return err

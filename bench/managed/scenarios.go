@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+
+	"github.com/capstanhq/capstan/internal/coverage"
 )
 
 // ColdSample is one RunTask on an empty capacity provider. Durations are
@@ -47,9 +49,9 @@ type Cold struct {
 	Stages  map[string]Dist `json:"stages"`
 	// Gap is the coverage gap over the whole scenario, including the
 	// drain that retires its instances.
-	Gap           float64 `json:"gapSeconds"`
-	Gaps          []Gap   `json:"gaps,omitempty"`
-	RetireSeconds float64 `json:"retireSeconds"`
+	Gap           float64        `json:"gapSeconds"`
+	Gaps          []coverage.Gap `json:"gaps,omitempty"`
+	RetireSeconds float64        `json:"retireSeconds"`
 	// Orphans are instances left registered after the retirement that no
 	// managed instance accounts for.
 	Orphans []string `json:"orphanInstances,omitempty"`
@@ -80,14 +82,14 @@ func (b *bench) coldStarts(ctx context.Context) (*Cold, error) {
 		return nil, err
 	}
 	c := &Cold{Cluster: cluster, Stages: map[string]Dist{}}
-	h := newHistory()
+	h := coverage.NewHistory()
 	b.histories = append(b.histories, h)
 	td, err := b.taskDefinition(ctx, "job", 64)
 	if err != nil {
 		return c, err
 	}
 	from := time.Now()
-	var daemons []daemonSpec
+	var daemons []coverage.Daemon
 	var apps []string
 	for i := 1; i <= b.o.n; i++ {
 		s, d, app, err := b.coldSample(ctx, cluster, td, i, h)
@@ -145,19 +147,19 @@ func (b *bench) coldStarts(ctx context.Context) (*Cold, error) {
 		}
 		c.Orphans = append(c.Orphans, o...)
 	}
-	if err := h.fetch(ctx, b.ev, cluster); err != nil {
+	if err := h.Fetch(ctx, b.ev, cluster); err != nil {
 		return c, err
 	}
-	c.Gaps = h.gaps(daemons, from, time.Now(), gapOptions{inferRepair: true})
-	c.Gap = totalSeconds(c.Gaps)
+	c.Gaps = h.Gaps(daemons, from, time.Now(), coverage.Options{InferRepair: true})
+	c.Gap = coverage.TotalSeconds(c.Gaps)
 	return c, nil
 }
 
-func (b *bench) coldSample(ctx context.Context, cluster, td string, i int, h *history) (ColdSample, daemonSpec, string, error) {
+func (b *bench) coldSample(ctx context.Context, cluster, td string, i int, h *coverage.History) (ColdSample, coverage.Daemon, string, error) {
 	s := ColdSample{Index: i, CapacityProvider: fmt.Sprintf("cold-%d", i)}
 	cpArn, err := b.capacityProvider(ctx, cluster, s.CapacityProvider, 600)
 	if err != nil {
-		return s, daemonSpec{}, "", err
+		return s, coverage.Daemon{}, "", err
 	}
 	d, err := b.daemon(ctx, cluster, s.CapacityProvider+"-agentd", s.CapacityProvider, cpArn, true, 0)
 	if err != nil {
@@ -225,22 +227,22 @@ func (b *bench) coldSample(ctx context.Context, cluster, td string, i int, h *hi
 	// The events of this start, read back from the record. They are
 	// written after the changes they report, so the last may still be on
 	// its way.
-	var daemonRunning, appRunning state
-	var inst *instLine
+	var daemonRunning, appRunning coverage.State
+	var inst *coverage.Instance
 	err = b.until(ctx, 10*time.Second, "events of the cold start recorded", func(ctx context.Context) (bool, error) {
-		if err := h.fetch(ctx, b.ev, cluster); err != nil {
+		if err := h.Fetch(ctx, b.ev, cluster); err != nil {
 			return false, err
 		}
 		var ok1, ok2 bool
-		if t := h.tasks[app]; t != nil {
-			appRunning, ok1 = t.firstStatus("RUNNING")
+		if t := h.Task(app); t != nil {
+			appRunning, ok1 = t.First("RUNNING")
 		}
-		for _, t := range h.tasks {
+		for _, t := range h.Tasks() {
 			if t.Instance == s.Instance && t.Group == "daemon:"+d.Name {
-				daemonRunning, ok2 = t.firstStatus("RUNNING")
+				daemonRunning, ok2 = t.First("RUNNING")
 			}
 		}
-		inst = h.insts[s.Instance]
+		inst = h.Instance(s.Instance)
 		return ok1 && ok2 && inst != nil, nil
 	})
 	if err != nil {
@@ -278,7 +280,7 @@ type Scenario struct {
 	Gap           float64            `json:"gapSeconds"`
 	GapAgentClock float64            `json:"gapAgentClockSeconds"`
 	GapNaive      float64            `json:"gapNaiveSeconds"`
-	Gaps          []Gap              `json:"gaps,omitempty"`
+	Gaps          []coverage.Gap     `json:"gaps,omitempty"`
 	Measures      map[string]float64 `json:"measures,omitempty"`
 	Findings      []string           `json:"findings,omitempty"`
 	// Orphans are the capacity provider's instances that no managed
@@ -313,9 +315,9 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 	if err != nil {
 		return cv, err
 	}
-	h := newHistory()
+	h := coverage.NewHistory()
 	b.histories = append(b.histories, h)
-	var daemons []daemonSpec
+	var daemons []coverage.Daemon
 	from := time.Now()
 	before := 0 // events read when the scenario began
 	orphans := map[string]bool{}
@@ -335,24 +337,24 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 				sc.Orphans = append(sc.Orphans, desc)
 			}
 		}
-		if err := h.fetch(ctx, b.ev, cluster); err != nil {
+		if err := h.Fetch(ctx, b.ev, cluster); err != nil {
 			return err
 		}
 		sc.From, sc.To = from, time.Now()
 		from = sc.To
 		sc.Seconds = sc.To.Sub(sc.From).Seconds()
-		sc.Events = h.count - before
-		before = h.count
+		sc.Events = len(h.Events()) - before
+		before = len(h.Events())
 		sc.Instances = inService(h, cp, sc.From, sc.To)
-		sc.Gaps = h.gaps(daemons, sc.From, sc.To, gapOptions{inferRepair: true})
-		sc.Gap = totalSeconds(sc.Gaps)
-		sc.GapAgentClock = totalSeconds(h.gaps(daemons, sc.From, sc.To, gapOptions{inferRepair: true, agentClock: true}))
-		sc.GapNaive = totalSeconds(h.gaps(daemons, sc.From, sc.To, gapOptions{}))
+		sc.Gaps = h.Gaps(daemons, sc.From, sc.To, coverage.Options{InferRepair: true})
+		sc.Gap = coverage.TotalSeconds(sc.Gaps)
+		sc.GapAgentClock = coverage.TotalSeconds(h.Gaps(daemons, sc.From, sc.To, coverage.Options{InferRepair: true, AgentClock: true}))
+		sc.GapNaive = coverage.TotalSeconds(h.Gaps(daemons, sc.From, sc.To, coverage.Options{}))
 		cv.Scenarios = append(cv.Scenarios, sc)
 		cv.Total += sc.Gap
 		cv.TotalAgentClock += sc.GapAgentClock
 		cv.TotalNaive += sc.GapNaive
-		cv.StartImpaired = len(h.impaired)
+		cv.StartImpaired = len(h.StartImpaired())
 		cv.Met = cv.Total == cv.Goal
 		fmt.Fprintf(b.out, "%s: %.1f s, gap %.3f s (agent clock %.3f, naive %.3f)\n", sc.Name, sc.Seconds, sc.Gap, sc.GapAgentClock, sc.GapNaive)
 		return nil
@@ -465,11 +467,11 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 	}
 	sc.Measures["repairSeconds"] = time.Since(killed).Seconds()
 	sc.Measures["clientSawDrainingAfterKillMs"] = float64(seenDraining.Sub(killed).Milliseconds())
-	if err := h.fetch(ctx, b.ev, cluster); err != nil {
+	if err := h.Fetch(ctx, b.ev, cluster); err != nil {
 		return cv, err
 	}
-	if t := h.tasks[guardTask]; t != nil {
-		left, stopped := state{}, state{}
+	if t := h.Task(guardTask); t != nil {
+		left, stopped := coverage.State{}, coverage.State{}
 		for _, st := range t.States {
 			if left.At.IsZero() && st.Status != "RUNNING" && st.At.After(killed) {
 				left = st
@@ -589,7 +591,7 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 	if err := finish(sc); err != nil {
 		return cv, err
 	}
-	for _, d := range h.impaired {
+	for _, d := range h.StartImpaired() {
 		cv.Scenarios[len(cv.Scenarios)-1].Findings = append(cv.Scenarios[len(cv.Scenarios)-1].Findings,
 			fmt.Sprintf("DAEMON_TASK_START_IMPAIRED %s on %s: %s", d.FailureType, shortArn(d.ContainerInstanceArn), d.Reason))
 	}
@@ -598,9 +600,9 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 
 // inService counts the instances of cp the record shows in service
 // (REGISTERING or ACTIVE) at some time in [from, to).
-func inService(h *history, cp string, from, to time.Time) int {
+func inService(h *coverage.History, cp string, from, to time.Time) int {
 	n := 0
-	for _, in := range h.insts {
+	for _, in := range h.Instances() {
 		if in.CP != cp {
 			continue
 		}

@@ -59,7 +59,9 @@ type RolloutBatch struct {
 
 // PreviewDaemonUpdateResponse is what an UpdateDaemon call would do.
 type PreviewDaemonUpdateResponse struct {
-	DaemonArn          string `json:"daemonArn"`
+	DaemonArn string `json:"daemonArn"`
+	// CurrentRevisionArn is the revision in effect: the latest, or the
+	// rollback target when its deployment was rolled back.
 	CurrentRevisionArn string `json:"currentRevisionArn"`
 	// Resets are settings the request omits that would go back to their
 	// defaults from a non-default current value.
@@ -99,7 +101,7 @@ func (s *Service) PreviewDaemonUpdate(ctx context.Context, req *shapes.UpdateDae
 	if err != nil {
 		return nil, storeErr(err)
 	}
-	rev, err := s.daemonRevision(ctx, d.RevisionArn)
+	rev, err := s.revisionInEffect(ctx, d)
 	if err != nil {
 		return nil, storeErr(err)
 	}
@@ -148,12 +150,27 @@ func (s *Service) DescribeDaemonConfiguration(ctx context.Context, req *Describe
 	if err != nil {
 		return nil, storeErr(err)
 	}
-	rev, err := s.daemonRevision(ctx, it.Value.RevisionArn)
+	rev, err := s.revisionInEffect(ctx, it.Value)
 	if err != nil {
 		return nil, storeErr(err)
 	}
 	return &DescribeDaemonConfigurationResponse{DaemonArn: it.Value.Arn, CurrentRevisionArn: rev.DaemonRevisionArn,
 		CurrentConfiguration: revisionRequest(it.Value.Arn, rev)}, nil
+}
+
+// revisionInEffect is the revision whose settings the daemon runs with:
+// its latest, unless the deployment to it was rolled back, in which case
+// the instances went back to the rollback target (a release that failed
+// is not what a preview or --keep-unspecified should build on).
+func (s *Service) revisionInEffect(ctx context.Context, d store.Daemon) (store.DaemonRevision, error) {
+	arn := d.RevisionArn
+	if dep, err := s.deploymentByArn(ctx, d.DeploymentArn); err == nil && dep.Status == "ROLLBACK_SUCCESSFUL" &&
+		dep.Rollback != nil && dep.Rollback.RollbackTargetDaemonRevisionArn != "" {
+		arn = dep.Rollback.RollbackTargetDaemonRevisionArn
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return store.DaemonRevision{}, err
+	}
+	return s.daemonRevision(ctx, arn)
 }
 
 // daemonRevision reads a revision by ARN.

@@ -1,4 +1,13 @@
-package main
+// Package coverage reads a cluster's recorded events (CapstanV1.ListEvents)
+// back into per-task and per-instance histories, and measures from them what
+// the API's current state cannot show: how long an instance ran application
+// tasks without its critical daemons (the coverage gap), how low a service
+// dipped during a rollout, how many instances drained at once.
+//
+// Times are the server's record (a detail's updatedAt) unless said
+// otherwise: that is the one clock every event carries. A History is not
+// safe for concurrent use.
+package coverage
 
 import (
 	"bytes"
@@ -8,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -20,11 +30,20 @@ import (
 	"github.com/capstanhq/capstan/internal/events"
 )
 
-// eventsClient calls CapstanV1.ListEvents, signed like any SDK request.
-type eventsClient struct {
+// Client calls CapstanV1.ListEvents, signed like any SDK request.
+type Client struct {
 	url   string
 	creds aws.Credentials
 	hc    *http.Client
+}
+
+// NewClient returns a client for the server at endpoint (e.g.
+// "http://127.0.0.1:8080"); a nil hc means http.DefaultClient.
+func NewClient(endpoint string, creds aws.Credentials, hc *http.Client) *Client {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &Client{url: strings.TrimSuffix(endpoint, "/"), creds: creds, hc: hc}
 }
 
 type listEventsInput struct {
@@ -40,9 +59,9 @@ type listEventsOutput struct {
 
 const eventsPage = 1000
 
-// list returns every event of cluster after the cursor, oldest first, and
+// List returns every event of cluster after the cursor, oldest first, and
 // the cursor to continue from.
-func (c *eventsClient) list(ctx context.Context, cluster, after string) ([]events.Event, string, error) {
+func (c *Client) List(ctx context.Context, cluster, after string) ([]events.Event, string, error) {
 	var all []events.Event
 	for {
 		in := listEventsInput{Cluster: cluster, After: after, MaxResults: eventsPage}
@@ -58,7 +77,7 @@ func (c *eventsClient) list(ctx context.Context, cluster, after string) ([]event
 	}
 }
 
-func (c *eventsClient) call(ctx context.Context, op string, in, out any) error {
+func (c *Client) call(ctx context.Context, op string, in, out any) error {
 	body, err := json.Marshal(in)
 	if err != nil {
 		return err
@@ -88,62 +107,75 @@ func (c *eventsClient) call(ctx context.Context, op string, in, out any) error {
 	return json.Unmarshal(b, out)
 }
 
-// A state is one recorded status of a task or an instance. At is when the
+// A State is one recorded status of a task or an instance. At is when the
 // server recorded it (the detail's updatedAt); Agent, for task states, is
 // the agent's own time of the change where the detail carries one
 // (startedAt for RUNNING, stoppingAt, stoppedAt).
-type state struct {
+type State struct {
 	At     time.Time
 	Agent  time.Time
 	Status string
 	Reason string
 }
 
-// taskLine is a task's recorded history.
-type taskLine struct {
-	Arn      string
-	Instance string
-	Group    string
-	States   []state
+// Task is a task's recorded history, states in recorded order.
+type Task struct {
+	Arn       string
+	Instance  string
+	Group     string // "service:web", "daemon:guard", "family:x"
+	StartedBy string
+	States    []State
 }
 
-func (t *taskLine) daemon() (string, bool) { return strings.CutPrefix(t.Group, "daemon:") }
+func (t *Task) daemon() (string, bool) { return strings.CutPrefix(t.Group, "daemon:") }
 
-// instLine is a container instance's recorded history.
-type instLine struct {
+// First is the first recorded state of the task with status.
+func (t *Task) First(status string) (State, bool) {
+	for _, s := range t.States {
+		if s.Status == status {
+			return s, true
+		}
+	}
+	return State{}, false
+}
+
+// Instance is a container instance's recorded history, states in recorded
+// order.
+type Instance struct {
 	Arn    string
-	CP     string
-	States []state
+	CP     string // capacity provider name
+	States []State
 }
 
-// history is what a cluster's events say happened.
-type history struct {
+// History is what a cluster's events say happened. The tasks and instances
+// it hands out are its own: read them, do not change them.
+type History struct {
 	cursor string
 	seen   map[string]bool
-	tasks  map[string]*taskLine
-	insts  map[string]*instLine
+	tasks  map[string]*Task
+	insts  map[string]*Instance
 	// since is when each daemon (by ARN) started to exist: its first
 	// deployment's PENDING event is dated when it was created.
 	since map[string]time.Time
-	// impaired counts DAEMON_TASK_START_IMPAIRED events.
+	// impaired keeps DAEMON_TASK_START_IMPAIRED events.
 	impaired []events.ServiceActionDetail
-	count    int
-	// raw keeps every event read, for -events.
+	// raw keeps every event read, in the order read.
 	raw []events.Event
 }
 
-func newHistory() *history {
-	return &history{seen: map[string]bool{}, tasks: map[string]*taskLine{}, insts: map[string]*instLine{}, since: map[string]time.Time{}}
+// NewHistory returns an empty history.
+func NewHistory() *History {
+	return &History{seen: map[string]bool{}, tasks: map[string]*Task{}, insts: map[string]*Instance{}, since: map[string]time.Time{}}
 }
 
-// fetch reads the cluster's events recorded since the last fetch.
-func (h *history) fetch(ctx context.Context, c *eventsClient, cluster string) error {
-	evs, cursor, err := c.list(ctx, cluster, h.cursor)
+// Fetch adds the cluster's events recorded since the last Fetch.
+func (h *History) Fetch(ctx context.Context, c *Client, cluster string) error {
+	evs, cursor, err := c.List(ctx, cluster, h.cursor)
 	if err != nil {
 		return err
 	}
 	h.cursor = cursor
-	return h.add(evs)
+	return h.Add(evs)
 }
 
 func parseTime(s string) time.Time {
@@ -157,14 +189,16 @@ func parseTime(s string) time.Time {
 	return t
 }
 
-// add folds events into the history; an event seen before is skipped.
-func (h *history) add(evs []events.Event) error {
+// Add folds events into the history. An event seen before is skipped: the
+// cursor looks back for events committed late, so listings overlap.
+func (h *History) Add(evs []events.Event) error {
 	for _, ev := range evs {
-		if h.seen[ev.ID] {
-			continue
+		if ev.ID != "" {
+			if h.seen[ev.ID] {
+				continue
+			}
+			h.seen[ev.ID] = true
 		}
-		h.seen[ev.ID] = true
-		h.count++
 		h.raw = append(h.raw, ev)
 		switch ev.DetailType {
 		case events.TaskStateChange:
@@ -174,13 +208,19 @@ func (h *history) add(evs []events.Event) error {
 			}
 			t := h.tasks[d.TaskArn]
 			if t == nil {
-				t = &taskLine{Arn: d.TaskArn, Group: d.Group}
+				t = &Task{Arn: d.TaskArn}
 				h.tasks[d.TaskArn] = t
 			}
 			if d.ContainerInstanceArn != "" {
 				t.Instance = d.ContainerInstanceArn
 			}
-			s := state{At: parseTime(d.UpdatedAt), Status: d.LastStatus, Reason: d.StoppedReason}
+			if d.Group != "" {
+				t.Group = d.Group
+			}
+			if d.StartedBy != "" {
+				t.StartedBy = d.StartedBy
+			}
+			s := State{At: parseTime(d.UpdatedAt), Status: d.LastStatus, Reason: d.StoppedReason}
 			switch d.LastStatus {
 			case "RUNNING":
 				s.Agent = parseTime(d.StartedAt)
@@ -197,13 +237,13 @@ func (h *history) add(evs []events.Event) error {
 			}
 			in := h.insts[d.ContainerInstanceArn]
 			if in == nil {
-				in = &instLine{Arn: d.ContainerInstanceArn}
+				in = &Instance{Arn: d.ContainerInstanceArn}
 				h.insts[d.ContainerInstanceArn] = in
 			}
 			if d.CapacityProviderName != "" {
 				in.CP = d.CapacityProviderName
 			}
-			in.States = insertState(in.States, state{At: parseTime(d.UpdatedAt), Status: d.Status, Reason: d.StatusReason})
+			in.States = insertState(in.States, State{At: parseTime(d.UpdatedAt), Status: d.Status, Reason: d.StatusReason})
 		case events.DaemonDeploymentStateChange:
 			var d events.DeploymentDetail
 			if err := json.Unmarshal(ev.Detail, &d); err != nil {
@@ -225,40 +265,61 @@ func (h *history) add(evs []events.Event) error {
 
 // insertState keeps states in recorded order; an event committed late
 // (the cursor returns those too) lands where its time puts it.
-func insertState(ss []state, s state) []state {
+func insertState(ss []State, s State) []State {
 	i := sort.Search(len(ss), func(i int) bool { return ss[i].At.After(s.At) })
 	return slices.Insert(ss, i, s)
 }
 
-// firstStatus is the first recorded time a task reached status.
-func (t *taskLine) firstStatus(status string) (state, bool) {
-	for _, s := range t.States {
-		if s.Status == status {
-			return s, true
-		}
+// Events returns every event added, in the order added.
+func (h *History) Events() []events.Event { return h.raw }
+
+// Task returns a task's history, nil if no event named it.
+func (h *History) Task(arn string) *Task { return h.tasks[arn] }
+
+// Tasks returns every task's history, by ARN.
+func (h *History) Tasks() []*Task { return sortedValues(h.tasks) }
+
+// Instance returns a container instance's history, nil if no event named
+// it.
+func (h *History) Instance(arn string) *Instance { return h.insts[arn] }
+
+// Instances returns every container instance's history, by ARN.
+func (h *History) Instances() []*Instance { return sortedValues(h.insts) }
+
+// StartImpaired returns the DAEMON_TASK_START_IMPAIRED events, in the order
+// added.
+func (h *History) StartImpaired() []events.ServiceActionDetail { return h.impaired }
+
+func sortedValues[T any](m map[string]*T) []*T {
+	keys := slices.Sorted(maps.Keys(m))
+	out := make([]*T, len(keys))
+	for i, k := range keys {
+		out[i] = m[k]
 	}
-	return state{}, false
+	return out
 }
 
-// daemonSpec is a daemon as the benchmark created it.
-type daemonSpec struct {
+// Daemon is a daemon whose coverage is measured.
+type Daemon struct {
 	Name     string
 	Arn      string
 	Critical bool
 	CPs      []string // capacity provider names
-	Created  time.Time
+	// Created is when the daemon began; a deployment event of the daemon
+	// in the record dates it instead.
+	Created time.Time
 }
 
-// gapOptions choose how the record is read.
-type gapOptions struct {
-	// agentClock dates task changes by the agent's own timestamps where
+// Options choose how the record is read.
+type Options struct {
+	// AgentClock dates task changes by the agent's own timestamps where
 	// the event carries them, rather than when the server recorded them.
-	agentClock bool
-	// inferRepair takes an instance out of service when its critical
+	AgentClock bool
+	// InferRepair takes an instance out of service when its critical
 	// daemon's STOPPED is recorded, if the instance's record later names
 	// auto-repair as its status reason: the server drains it in the same
 	// write but records no instance event for that.
-	inferRepair bool
+	InferRepair bool
 }
 
 // Gap is an interval in which an instance in service ran an application
@@ -281,7 +342,7 @@ type timed struct {
 // timesOf dates a task's states. With the agent clock, a state keeps its
 // recorded order: it is moved no later than the state after it, so a
 // PENDING recorded after the RUNNING it preceded is not read as a stop.
-func timesOf(t *taskLine, agentClock bool) []timed {
+func timesOf(t *Task, agentClock bool) []timed {
 	out := make([]timed, len(t.States))
 	for i, s := range t.States {
 		at := s.At
@@ -314,7 +375,7 @@ func statusAt(ts []timed, t time.Time) string {
 // the record: the first recorded STOPPED of the critical daemon its status
 // reason names (the server drains in that same write). Zero when the record
 // names no auto-repair.
-func (h *history) repairAt(in *instLine) time.Time {
+func (h *History) repairAt(in *Instance) time.Time {
 	name := ""
 	for _, s := range in.States {
 		if rest, ok := strings.CutPrefix(s.Reason, "auto-repair: critical daemon "); ok {
@@ -329,20 +390,20 @@ func (h *history) repairAt(in *instLine) time.Time {
 		if d, ok := t.daemon(); !ok || d != name || t.Instance != in.Arn {
 			continue
 		}
-		if s, ok := t.firstStatus("STOPPED"); ok && (at.IsZero() || s.At.Before(at)) {
+		if s, ok := t.First("STOPPED"); ok && (at.IsZero() || s.At.Before(at)) {
 			at = s.At
 		}
 	}
 	return at
 }
 
-// gaps reads the record for [from, to): every interval in which an
+// Gaps reads the record for [from, to): every interval in which an
 // instance was in service (REGISTERING or ACTIVE: the server records no
 // event when it activates an instance, and an application task running on
 // a REGISTERING instance would be a gap too) and ran an application task
 // RUNNING, while a critical daemon targeting its capacity provider (since
 // the daemon was created) had no task RUNNING on it.
-func (h *history) gaps(daemons []daemonSpec, from, to time.Time, o gapOptions) []Gap {
+func (h *History) Gaps(daemons []Daemon, from, to time.Time, o Options) []Gap {
 	var out []Gap
 	arns := make([]string, 0, len(h.insts))
 	for arn := range h.insts {
@@ -356,10 +417,10 @@ func (h *history) gaps(daemons []daemonSpec, from, to time.Time, o gapOptions) [
 			status[i] = timed{s.At, s.Status}
 		}
 		var repair time.Time
-		if o.inferRepair {
+		if o.InferRepair {
 			repair = h.repairAt(in)
 		}
-		var critical []daemonSpec
+		var critical []Daemon
 		for _, d := range daemons {
 			if d.Critical && slices.Contains(d.CPs, in.CP) {
 				if s, ok := h.since[d.Arn]; ok {
@@ -391,7 +452,7 @@ func (h *history) gaps(daemons []daemonSpec, from, to time.Time, o gapOptions) [
 			if !ok {
 				d = ""
 			}
-			ts := timesOf(t, o.agentClock)
+			ts := timesOf(t, o.AgentClock)
 			lines = append(lines, line{d, ts})
 			for _, x := range ts {
 				cuts = append(cuts, x.at)
@@ -447,7 +508,71 @@ func (h *history) gaps(daemons []daemonSpec, from, to time.Time, o gapOptions) [
 	return out
 }
 
-func totalSeconds(gs []Gap) float64 {
+// MinRunning is the smallest number of tasks of group (e.g. "service:web")
+// RUNNING at any moment in [from, to), read from the record; 0 when the
+// interval is empty. A task counts from its recorded RUNNING until its next
+// recorded status: the record lags the agent, but by the same path for
+// starts and stops, so a dip the record shows is one the tasks had.
+func (h *History) MinRunning(group string, from, to time.Time) int {
+	var lines [][]timed
+	for _, t := range h.tasks {
+		if t.Group == group {
+			lines = append(lines, timesOf(t, false))
+		}
+	}
+	return extreme(lines, from, to, func(s string) bool { return s == "RUNNING" }, true)
+}
+
+// MaxConcurrent is the largest number of instances of capacity provider cp
+// (name) that were at the same moment in one of statuses (e.g. "DRAINING",
+// "DEREGISTERING") in [from, to); 0 when the interval is empty.
+func (h *History) MaxConcurrent(cp string, statuses []string, from, to time.Time) int {
+	var lines [][]timed
+	for _, in := range h.insts {
+		if in.CP != cp {
+			continue
+		}
+		ts := make([]timed, len(in.States))
+		for i, s := range in.States {
+			ts[i] = timed{s.At, s.Status}
+		}
+		lines = append(lines, ts)
+	}
+	return extreme(lines, from, to, func(s string) bool { return slices.Contains(statuses, s) }, false)
+}
+
+// extreme is the lowest (or highest) number of lines whose status
+// satisfies in, over every moment of [from, to). The count changes only where some line
+// does, so those moments and from are the ones to look at.
+func extreme(lines [][]timed, from, to time.Time, in func(string) bool, lowest bool) int {
+	if !from.Before(to) {
+		return 0
+	}
+	cuts := []time.Time{from}
+	for _, ts := range lines {
+		for _, x := range ts {
+			if x.at.After(from) && x.at.Before(to) {
+				cuts = append(cuts, x.at)
+			}
+		}
+	}
+	best := -1
+	for _, c := range cuts {
+		n := 0
+		for _, ts := range lines {
+			if in(statusAt(ts, c)) {
+				n++
+			}
+		}
+		if best < 0 || lowest && n < best || !lowest && n > best {
+			best = n
+		}
+	}
+	return best
+}
+
+// TotalSeconds is the gaps' length, in seconds.
+func TotalSeconds(gs []Gap) float64 {
 	s := 0.0
 	for _, g := range gs {
 		s += g.Seconds
