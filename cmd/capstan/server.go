@@ -31,6 +31,8 @@ func runServer(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.AccountID, "account-id", server.DefaultAccountID, "12-digit account ID in ARNs")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&cfg.Provisioner, "provisioner", "local", "where managed instances come from: local (agent processes on this machine), sim (hollow agents in the server on simulated containers, for scale tests) or none")
+	fs.StringVar(&cfg.AlarmSource, "alarm-source", "", "Prometheus or Alertmanager `URL` daemon deployments read their alarms from (prometheus+http:// or alertmanager+http:// to say which)")
+	fs.DurationVar(&cfg.ProgressDeadline, "rollout-progress-deadline", server.DefaultProgressDeadline, "stop a daemon rollout that made no progress for this long (negative: never)")
 	fs.DurationVar(&cfg.SimProvisionDelay, "sim-provision-delay", 0, "how long a sim instance takes to boot (with --provisioner sim)")
 	fs.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL agents use to reach this server (default http://<listen address>)")
 	if err := fs.Parse(args); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/capstanhq/capstan/internal/alarms"
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/auth"
 	"github.com/capstanhq/capstan/internal/control"
@@ -66,8 +67,9 @@ type Config struct {
 	AgentBinary string
 	// AgentEnv adds settings to every provisioned agent.
 	AgentEnv map[string]string
-	// Alarms answers which deployment alarms fire (nil: none configured).
-	Alarms deployments.AlarmSource
+	// AlarmSource is the Prometheus or Alertmanager URL daemon deployments
+	// read their alarms from ("": none; alarms are then refused).
+	AlarmSource string
 	// ProgressDeadline stops a daemon rollout without progress for this
 	// long; 0 means DefaultProgressDeadline, negative never.
 	ProgressDeadline time.Duration
@@ -109,6 +111,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := alarms.New(c.AlarmSource, nil); err != nil {
+		return fmt.Errorf("--alarm-source: %w", err)
 	}
 	if c.ProgressDeadline == 0 {
 		c.ProgressDeadline = DefaultProgressDeadline
@@ -176,7 +181,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if endpoint == "" {
 		endpoint = "http://" + addr
 	}
-	svc := control.New(control.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log, Endpoint: endpoint})
+	svc := control.New(control.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log, Endpoint: endpoint,
+		AlarmSource: cfg.AlarmSource != "", ProgressDeadline: max(cfg.ProgressDeadline, 0)})
 	verifier := &auth.Verifier{Lookup: auth.Chain(auth.NewStaticLookup(admin), svc.Credentials())}
 	h := api.NewHandler(verifier, control.Authorize, cfg.Log)
 	svc.Register(h)
@@ -263,7 +269,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 
 func runControllers(ctx context.Context, st *store.Store, svc *control.Service, prov provision.Provisioner, cfg Config) {
 	log := cfg.Log
-	dep := &deployments.Reconciler{Store: st, Fleet: svc.Rollout(), Alarms: cfg.Alarms, ProgressDeadline: max(cfg.ProgressDeadline, 0),
+	var alarmSource alarms.Source
+	if src, err := alarms.New(cfg.AlarmSource, nil); err == nil && src != nil {
+		alarmSource = src
+	}
+	dep := &deployments.Reconciler{Store: st, Fleet: svc.Rollout(), Alarms: alarmSource, ProgressDeadline: max(cfg.ProgressDeadline, 0),
 		Now: time.Now, Log: log, DaemonRemoved: svc.FinishDaemonTaskDefinitionDeletes, Emit: svc.Events().Record}
 	svcs := &services.Reconciler{Store: st, Tasks: svc, Now: time.Now, Log: log}
 	dmn := &daemons.Reconciler{Store: st, Svc: svc, Now: time.Now, Log: log, Impaired: svc.DaemonStartImpaired}

@@ -13,8 +13,10 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/alarms"
 	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/events"
 	"github.com/capstanhq/capstan/internal/store"
@@ -35,17 +37,12 @@ type Fleet interface {
 	Snapshot(ctx context.Context, dep *store.DaemonDeployment) error
 }
 
-// AlarmSource answers which alarms are firing.
-type AlarmSource interface {
-	Firing(ctx context.Context, names []string) (map[string]bool, error)
-}
-
 // Reconciler advances one deployment per call.
 type Reconciler struct {
 	Store *store.Store
 	Fleet Fleet
 	// Alarms is nil when the server has no alarm source.
-	Alarms AlarmSource
+	Alarms alarms.Source
 	// ProgressDeadline stops a rollout without progress for this long
 	// (0: never).
 	ProgressDeadline time.Duration
@@ -205,12 +202,18 @@ func (r *Reconciler) look(ctx context.Context, dep store.DaemonDeployment, w *Wo
 	}
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	firing, err := r.Alarms.Firing(actx, names)
+	st, err := r.Alarms.Firing(actx, names)
 	if err != nil {
 		w.AlarmErr = err.Error()
 		return nil
 	}
-	w.Firing = firing
+	w.Firing = map[string]bool{}
+	for _, n := range st.Firing {
+		w.Firing[n] = true
+	}
+	if len(st.Unknown) > 0 {
+		w.AlarmErr = "no alerting rule named " + strings.Join(st.Unknown, ", ") + " in the alarm source"
+	}
 	return nil
 }
 
