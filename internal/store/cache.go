@@ -38,10 +38,57 @@ type cache struct {
 	loaded  bool
 	changed *sync.Cond // broadcast whenever rev advances
 	subs    map[*Subscription]struct{}
+	// byPrefix and lens index subs by prefix: a change is offered only to
+	// the subscriptions whose prefix it has, found with one lookup per
+	// distinct prefix length, instead of testing every subscription (each
+	// agent session holds two).
+	byPrefix map[string]map[*Subscription]struct{}
+	lens     map[int]int // prefix length → subscriptions of that length
+}
+
+// addSub and removeSub keep the index; c.mu is held.
+func (c *cache) addSub(s *Subscription) {
+	c.subs[s] = struct{}{}
+	m := c.byPrefix[s.prefix]
+	if m == nil {
+		m = map[*Subscription]struct{}{}
+		c.byPrefix[s.prefix] = m
+	}
+	m[s] = struct{}{}
+	c.lens[len(s.prefix)]++
+}
+
+func (c *cache) removeSub(s *Subscription) {
+	if _, ok := c.subs[s]; !ok {
+		return
+	}
+	delete(c.subs, s)
+	m := c.byPrefix[s.prefix]
+	delete(m, s)
+	if len(m) == 0 {
+		delete(c.byPrefix, s.prefix)
+	}
+	if c.lens[len(s.prefix)]--; c.lens[len(s.prefix)] == 0 {
+		delete(c.lens, len(s.prefix))
+	}
+}
+
+// offer hands a change to the subscriptions whose prefix it has; c.mu is
+// held.
+func (c *cache) offer(ch Change) {
+	for l := range c.lens {
+		if l > len(ch.Key) {
+			continue
+		}
+		for s := range c.byPrefix[ch.Key[:l]] {
+			s.offer(ch)
+		}
+	}
 }
 
 func newCache(c *clientv3.Client, prefix string, log *slog.Logger) *cache {
-	ca := &cache{client: c, prefix: prefix, log: log, subs: map[*Subscription]struct{}{}}
+	ca := &cache{client: c, prefix: prefix, log: log, subs: map[*Subscription]struct{}{},
+		byPrefix: map[string]map[*Subscription]struct{}{}, lens: map[int]int{}}
 	ca.tree = btree.NewG(32, func(a, b kv) bool { return a.key < b.key })
 	ca.changed = sync.NewCond(ca.mu.RLocker())
 	return ca
@@ -121,9 +168,7 @@ func (c *cache) apply(events []*clientv3.Event, rev int64) {
 			c.tree.Delete(kv{key: k})
 			change = Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Deleted: true}
 		}
-		for s := range c.subs {
-			s.offer(change)
-		}
+		c.offer(change)
 	}
 	if rev > c.rev {
 		c.rev = rev

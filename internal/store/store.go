@@ -194,6 +194,31 @@ func ListWhere[T, P any](ctx context.Context, s *Store, prefix string, keep func
 	return items, decodeErr
 }
 
+// ListMatch reads the objects under prefix whose stored JSON match
+// accepts. match is a test on the bytes (a substring, say) that costs next
+// to nothing against decoding; it only narrows, so the caller still checks
+// what it decoded.
+func ListMatch[T any](ctx context.Context, s *Store, prefix string, match func(raw []byte) bool) ([]Item[T], error) {
+	if err := s.sync(ctx); err != nil {
+		return nil, err
+	}
+	var items []Item[T]
+	var decodeErr error
+	s.cache.scan(s.prefix+prefix, "", 0, func(k string, e entry) bool {
+		if !match(e.value) {
+			return true
+		}
+		var v T
+		if err := json.Unmarshal(e.value, &v); err != nil {
+			decodeErr = fmt.Errorf("decode %s: %w", k, err)
+			return false
+		}
+		items = append(items, Item[T]{Key: k[len(s.prefix):], Rev: e.rev, Value: v})
+		return true
+	})
+	return items, decodeErr
+}
+
 func afterKey(prefix, after string) string {
 	if after == "" {
 		return ""

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -175,5 +176,84 @@ func TestListWhereDecodesOnlyWhatIsKept(t *testing.T) {
 	}
 	if _, err := ListWhere[obj](ctx, s, "w/", func(p probe) bool { return p.Name == "other" }); err == nil {
 		t.Fatal("a kept value that does not decode gave no error")
+	}
+}
+
+// Subscriptions of nested, equal, empty and exact-key prefixes each get
+// exactly the changes under their prefix; a closed one gets nothing more.
+func TestSubscriptionsByPrefix(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	prefixes := []string{"", "d/", "d/c1/", "d/c1/", "d/c1/i1/", "d/c1/i1/t1", "d/c2/"}
+	subs := make([]*Subscription, len(prefixes))
+	for i, p := range prefixes {
+		subs[i] = s.Subscribe(p)
+	}
+	closed := s.Subscribe("d/")
+	closed.Close()
+	keys := []string{"d/c1/i1/t1", "d/c1/i1/t2", "d/c1/i2/t1", "d/c2/i1/t1", "e/x"}
+	var last int64
+	for _, k := range keys {
+		rev, err := s.Txn().Create(k, obj{}).Commit(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = rev
+	}
+	if _, _, err := List[obj](ctx, s, "", "", 0); err != nil || s.Revision() < last {
+		t.Fatalf("cache behind: %v", err)
+	}
+	for i, p := range prefixes {
+		var want []string
+		for _, k := range keys {
+			if len(k) >= len(p) && k[:len(p)] == p {
+				want = append(want, k)
+			}
+		}
+		var got []string
+		for len(got) < len(want) {
+			chs, _, err := subs[i].Next(ctx)
+			if err != nil {
+				t.Fatalf("prefix %q: %v (got %v)", p, err, got)
+			}
+			for _, ch := range chs {
+				got = append(got, ch.Key)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("prefix %q got %v, want %v", p, got, want)
+		}
+		subs[i].Close()
+	}
+	if chs, _, _ := closed.Next(canceled()); len(chs) > 0 {
+		t.Errorf("closed subscription got %v", chs)
+	}
+}
+
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+func TestListMatchFiltersOnBytes(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	for i := range 6 {
+		s.Txn().Create(fmt.Sprintf("m/%d", i), obj{Name: fmt.Sprintf("n%d", i%2), N: i}).Commit(ctx)
+	}
+	items, err := ListMatch[obj](ctx, s, "m/", func(raw []byte) bool { return strings.Contains(string(raw), `"name":"n1"`) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, it := range items {
+		got = append(got, it.Value.N)
+	}
+	if fmt.Sprint(got) != "[1 3 5]" {
+		t.Fatalf("matched %v", got)
 	}
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"strings"
 	"sync"
 )
 
@@ -31,15 +30,13 @@ type Subscription struct {
 func (s *Store) Subscribe(prefix string) *Subscription {
 	sub := &Subscription{c: s.cache, prefix: prefix, notify: make(chan struct{}, 1)}
 	s.cache.mu.Lock()
-	s.cache.subs[sub] = struct{}{}
+	s.cache.addSub(sub)
 	s.cache.mu.Unlock()
 	return sub
 }
 
+// offer queues a change the cache found under sub's prefix.
 func (sub *Subscription) offer(ch Change) {
-	if !strings.HasPrefix(ch.Key, sub.prefix) {
-		return
-	}
 	sub.mu.Lock()
 	sub.queue = append(sub.queue, ch)
 	sub.mu.Unlock()
@@ -81,6 +78,6 @@ func (sub *Subscription) Next(ctx context.Context) (changes []Change, resync boo
 // Close stops the subscription.
 func (sub *Subscription) Close() {
 	sub.c.mu.Lock()
-	delete(sub.c.subs, sub)
+	sub.c.removeSub(sub)
 	sub.c.mu.Unlock()
 }
