@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -108,27 +109,26 @@ func (s *Service) CapacityProvider(ctx context.Context, name string) (store.Capa
 // Endpoint is the URL agents reach the server at.
 func (s *Service) Endpoint() string { return s.endpoint }
 
-// waitingProbe is what Waiting tests of a task.
-type waitingProbe struct {
-	InstanceID           string `json:"capstanInstanceId"`
-	CapacityProviderName string `json:"capacityProviderName"`
-	DesiredStatus        string `json:"desiredStatus"`
-	LastStatus           string `json:"lastStatus"`
-}
+// noInstance is how a task without an instance is stored (store.Task
+// encodes capstanInstanceId always).
+var noInstance = []byte(`"capstanInstanceId":""`)
 
 // Waiting lists the tasks of a capacity provider that wait for an instance,
 // oldest first.
 func (s *Service) Waiting(ctx context.Context, cluster, cp string) ([]store.Task, error) {
-	// Called on every task change: placed tasks are skipped undecoded.
-	items, err := store.ListWhere[store.Task](ctx, s.st, store.TaskPrefix(cluster), func(t waitingProbe) bool {
-		return t.InstanceID == "" && t.CapacityProviderName == cp && t.DesiredStatus == "RUNNING" && t.LastStatus != "STOPPED"
+	// Called on every task change, over every task of the cluster: placed
+	// tasks (nearly all) are passed over on their bytes, undecoded.
+	items, err := store.ListMatch[store.Task](ctx, s.st, store.TaskPrefix(cluster), func(raw []byte) bool {
+		return bytes.Contains(raw, noInstance)
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.Task, 0, len(items))
+	var out []store.Task
 	for _, it := range items {
-		out = append(out, it.Value)
+		if t := it.Value; t.InstanceID == "" && t.CapacityProviderName == cp && t.DesiredStatus == "RUNNING" && t.LastStatus != "STOPPED" {
+			out = append(out, t)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt.Time) })
 	return out, nil

@@ -238,10 +238,14 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 	if err := taskdef.CheckTags("tags", r.tags); err != nil {
 		return nil, nil, err
 	}
+	// What committed chunks wrote stays written across retries: a retry
+	// places only what is left.
 	var tasks []shapes.Task
 	var failures []shapes.Failure
+	committed := []shapes.Task{}
 	err := retry(ctx, func() error {
 		tasks, failures = []shapes.Task{}, []shapes.Failure{}
+		left := r.count - len(committed)
 		cl, err := s.activeCluster(ctx, "cluster", r.cluster)
 		if err != nil {
 			return err
@@ -286,13 +290,59 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 		} else if len(cands) == 0 {
 			return errNoInstances
 		}
-		tx := s.st.Txn().Unchanged(cl.Key, cl.Rev).Unchanged(td.Key, td.Rev)
-		if r.owner != nil {
-			tx.Unchanged(r.owner.key, r.owner.rev)
+		newTx := func() *store.Txn {
+			tx := s.st.Txn().Unchanged(cl.Key, cl.Rev).Unchanged(td.Key, td.Rev)
+			if r.owner != nil {
+				tx.Unchanged(r.owner.key, r.owner.rev)
+			}
+			return tx
 		}
+		tx := newTx()
+		var chunk []shapes.Task
 		touched := map[string]bool{}
+		// commit writes the tasks placed so far with their instances' new
+		// remaining resources, and keeps the instances' new revisions for
+		// the next chunk.
+		commit := func() error {
+			for id := range touched {
+				it := instances[id]
+				ci := it.Value
+				c := cands[slices.IndexFunc(cands, func(c *candidate) bool { return c.id == id })]
+				rem := readResources(ci.RemainingResources)
+				rem.cpu, rem.memory = c.cpu, c.mem
+				for p := range c.taken {
+					if !slices.Contains(rem.ports, p) {
+						rem.ports = append(rem.ports, p)
+					}
+				}
+				slices.Sort(rem.ports)
+				ci.RemainingResources = rem.shapes()
+				v := *ci.Version + 1
+				ci.Version = &v
+				tx.Update(it.Key, it.Rev, ci)
+				it.Value = ci
+				instances[id] = it
+			}
+			rev, err := tx.Commit(ctx)
+			if err != nil {
+				return err
+			}
+			for id := range touched {
+				it := instances[id]
+				it.Rev = rev
+				instances[id] = it
+			}
+			committed = append(committed, chunk...)
+			chunk, touched, tx = nil, map[string]bool{}, newTx()
+			return nil
+		}
 		rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-		for i := range r.count {
+		for i := range left {
+			if r.count > startChunk && len(chunk) == startChunk {
+				if err := commit(); err != nil {
+					return err
+				}
+			}
 			pool := cands
 			if r.instances != nil {
 				pool = []*candidate{cands[i]}
@@ -308,7 +358,7 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 				t.CapacityProviderName = r.capacityProvider
 				t.StoppedReason = ""
 				tx.Create(store.TaskKey(cluster, t.ID), t)
-				tasks = append(tasks, s.taskView(t, true))
+				chunk = append(chunk, s.taskView(t, true))
 				continue
 			}
 			if c == nil {
@@ -328,32 +378,25 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 			t, desired := s.newTask(cluster, cl.Value.ClusterArn, instances[c.id].Value, td.Value, group, r, n)
 			tx.Create(store.TaskKey(cluster, t.ID), t)
 			tx.Create(store.DesiredKey(cluster, c.id, t.ID), desired)
-			tasks = append(tasks, s.taskView(t, true))
+			chunk = append(chunk, s.taskView(t, true))
 		}
-		for id := range touched {
-			it := instances[id]
-			ci := it.Value
-			c := cands[slices.IndexFunc(cands, func(c *candidate) bool { return c.id == id })]
-			rem := readResources(ci.RemainingResources)
-			rem.cpu, rem.memory = c.cpu, c.mem
-			for p := range c.taken {
-				if !slices.Contains(rem.ports, p) {
-					rem.ports = append(rem.ports, p)
-				}
-			}
-			slices.Sort(rem.ports)
-			ci.RemainingResources = rem.shapes()
-			*ci.Version++
-			tx.Update(it.Key, it.Rev, ci)
-		}
-		_, err = tx.Commit(ctx)
-		return err
+		return commit()
 	})
-	if err != nil {
+	tasks = append(committed, tasks...)
+	if err != nil && len(committed) == 0 {
 		return nil, nil, err
 	}
+	// Chunks that committed are started tasks even if a later one failed;
+	// the caller tries the rest again.
 	return tasks, failures, nil
 }
+
+// startChunk is how many tasks one transaction writes when a request
+// starts more (services at scale): a start writes the task, its desired
+// entry and at most one instance, so 40 stays within etcd's default of 128
+// operations per transaction. Requests of up to startChunk tasks (RunTask,
+// StartTask) commit all or nothing.
+const startChunk = 40
 
 // candidates are the instances that can take new tasks: ACTIVE, with a
 // connected agent (or exactly the named ones for StartTask).

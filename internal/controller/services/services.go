@@ -45,11 +45,10 @@ type Reconciler struct {
 const (
 	// maxEvents is how many events a service keeps, as ECS shows.
 	maxEvents = 100
-	// Per reconcile, so that one transaction stays small; task writes wake
-	// the service again for the rest. A start writes the task, its desired
-	// entry and at most one instance: 40 keeps a transaction within etcd's
-	// default of 128 operations, and every reconcile reads the cluster.
-	startBatch = 40
+	// Per reconcile; task writes wake the service again for the rest.
+	// Every reconcile reads the cluster's instances and tasks, so a batch
+	// is large; it commits 40 tasks per transaction (control.startChunk).
+	startBatch = 200
 	stopBatch  = 25
 	// placementRetry is how soon placement is tried again after it failed
 	// (connecting agents and draining instances also wake the service).
