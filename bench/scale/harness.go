@@ -505,8 +505,17 @@ func (h *harness) invariants(ctx context.Context, n, serviceTasks int) ([]string
 	}
 	daemons := map[string]int{}
 	service := 0
+	// Every task of the run reserves 64 CPU units; daemon tasks 64 MiB,
+	// service tasks 128.
+	wantCPU, wantMem := map[string]int32{}, map[string]int32{}
 	for _, t := range ts {
 		ci := aws.ToString(t.ContainerInstanceArn)
+		wantCPU[ci] += 64
+		if strings.HasPrefix(aws.ToString(t.Group), "daemon:") {
+			wantMem[ci] += 64
+		} else {
+			wantMem[ci] += 128
+		}
 		switch g := aws.ToString(t.Group); {
 		case strings.HasPrefix(g, "daemon:"):
 			if aws.ToString(t.LastStatus) == "RUNNING" {
@@ -526,6 +535,23 @@ func (h *harness) invariants(ctx context.Context, n, serviceTasks int) ([]string
 	if service != serviceTasks {
 		problems = append(problems, fmt.Sprintf("%d service tasks RUNNING, want %d", service, serviceTasks))
 	}
+	cis, err := h.describeInstances(ctx, arns)
+	if err != nil {
+		return nil, err
+	}
+	var off []string
+	for _, ci := range cis {
+		a := aws.ToString(ci.ContainerInstanceArn)
+		used := func(name string) int32 {
+			return resource(ci.RegisteredResources, name) - resource(ci.RemainingResources, name)
+		}
+		if used("CPU") != wantCPU[a] || used("MEMORY") != wantMem[a] {
+			off = append(off, fmt.Sprintf("%s: %d CPU, %d MiB reserved, tasks need %d, %d", a, used("CPU"), used("MEMORY"), wantCPU[a], wantMem[a]))
+		}
+	}
+	if len(off) > 0 {
+		problems = append(problems, fmt.Sprintf("%d instances whose remaining resources do not match their tasks (first %s)", len(off), off[0]))
+	}
 	var missing, twice []string
 	for _, a := range arns {
 		switch daemons[a] {
@@ -544,4 +570,13 @@ func (h *harness) invariants(ctx context.Context, n, serviceTasks int) ([]string
 		problems = append(problems, fmt.Sprintf("%d instances with the daemon RUNNING more than once (first %s)", len(twice), twice[0]))
 	}
 	return problems, nil
+}
+
+func resource(rs []types.Resource, name string) int32 {
+	for _, r := range rs {
+		if aws.ToString(r.Name) == name {
+			return r.IntegerValue
+		}
+	}
+	return 0
 }
