@@ -213,6 +213,7 @@ type preview struct {
 		Instances []struct {
 			ContainerInstanceArn string `json:"containerInstanceArn"`
 			CapacityProviderName string `json:"capacityProviderName"`
+			InPlace              bool   `json:"inPlace"`
 		} `json:"instances"`
 		ExtraCPU    int64 `json:"extraCpu"`
 		ExtraMemory int64 `json:"extraMemory"`
@@ -300,12 +301,17 @@ func renderPreview(w io.Writer, p *preview) {
 	}
 	fmt.Fprintf(w, "Rollout: %d instance(s) in scope, %d to replace, %d per batch (drainPercent %s), %d batch(es).\n",
 		p.InstancesInScope, p.InstancesToReplace, p.BatchSize, strconv.FormatFloat(p.DrainPercent, 'f', -1, 64), len(p.Batches))
-	fmt.Fprintln(w, "Each replaced instance gets a same-size replacement before its tasks move; extra capacity per batch:")
+	fmt.Fprintln(w, "Instances Capstan provisioned get a same-size replacement before their tasks move; instances")
+	fmt.Fprintln(w, "started by hand are updated in place. Extra capacity per batch, in replacement order:")
 	tw := newTable(w, "  BATCH", "EXTRA CPU", "EXTRA MEMORY (MiB)", "INSTANCES")
 	for i, b := range p.Batches {
 		var ids []string
 		for _, in := range b.Instances {
-			ids = append(ids, lastSegment(in.ContainerInstanceArn)+" ("+in.CapacityProviderName+")")
+			how := in.CapacityProviderName
+			if in.InPlace {
+				how += ", in place"
+			}
+			ids = append(ids, lastSegment(in.ContainerInstanceArn)+" ("+how+")")
 		}
 		row(tw, "  "+strconv.Itoa(i+1), strconv.FormatInt(b.ExtraCPU, 10), strconv.FormatInt(b.ExtraMemory, 10), strings.Join(ids, ", "))
 	}

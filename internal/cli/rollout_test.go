@@ -87,8 +87,9 @@ func TestDaemonUpdateDryRunAndKeepUnspecified(t *testing.T) {
 		{"!", "propagateTags", "DAEMON", "->", "NONE"},
 		{"!", "enableExecuteCommand", "true", "->", "false"},
 		{"daemonTaskDefinitionArn", "cloudwatch-agent:1", "cloudwatch-agent:2"},
-		{"1", "2048", "4096", lastSegment(a), "(mi)"},
-		{"3", "512", "1024", lastSegment(cc), "(mi)"},
+		// Registered by hand, so changed in place: no extra capacity.
+		{"1", "0", "0", lastSegment(a), "(mi,", "in", "place)"},
+		{"3", "0", "0", lastSegment(cc), "(mi,", "in", "place)"},
 	} {
 		if !hasLine(r.stdout, want...) {
 			t.Errorf("dry run output lacks %q:\n%s", strings.Join(want, " "), r.stdout)
@@ -108,7 +109,7 @@ func TestDaemonUpdateDryRunAndKeepUnspecified(t *testing.T) {
 		t.Errorf("plan: %v", m)
 	}
 	batch0 := get(t, m, "batches", 0)
-	if get(t, batch0, "extraCpu") != 3072.0 || get(t, batch0, "extraMemory") != 6144.0 ||
+	if get(t, batch0, "extraCpu") != 0.0 || get(t, batch0, "instances", 0, "inPlace") != true || get(t, batch0, "instances", 0, "cpu") != 2048.0 ||
 		get(t, batch0, "instances", 0, "containerInstanceArn") != a || get(t, batch0, "instances", 1, "containerInstanceArn") != b {
 		t.Errorf("first batch: %v", batch0)
 	}

@@ -46,6 +46,10 @@ type PlannedInstance struct {
 	RegisteredAt         shapes.Timestamp `json:"registeredAt,omitzero"`
 	CPU                  int64            `json:"cpu"`
 	Memory               int64            `json:"memory"`
+	// InPlace: the instance was started by hand, not provisioned by
+	// Capstan, so the rollout changes its daemon in place instead of
+	// replacing it (and needs no extra capacity for it).
+	InPlace bool `json:"inPlace"`
 }
 
 // RolloutBatch is a set of instances drained together, with the capacity
@@ -73,8 +77,9 @@ type PreviewDaemonUpdateResponse struct {
 	// request: sending it back changes nothing but starts a deployment.
 	CurrentConfiguration shapes.UpdateDaemonRequest `json:"currentConfiguration"`
 	// InstancesInScope counts the instances of the current and target
-	// capacity providers; every UpdateDaemon makes a new revision, so all
-	// of them are replaced.
+	// capacity providers (not INACTIVE). Every UpdateDaemon makes a new
+	// revision, so all of them are replaced but those already draining,
+	// which are leaving anyway.
 	InstancesInScope   int            `json:"instancesInScope"`
 	InstancesToReplace int            `json:"instancesToReplace"`
 	DrainPercent       float64        `json:"drainPercent"`
@@ -120,7 +125,9 @@ func (s *Service) PreviewDaemonUpdate(ctx context.Context, req *shapes.UpdateDae
 	if err != nil {
 		return nil, storeErr(err)
 	}
-	out.InstancesInScope, out.InstancesToReplace = len(insts), len(insts)
+	out.InstancesInScope = len(insts)
+	insts = slices.DeleteFunc(insts, func(in PlannedInstance) bool { return in.Status == "DRAINING" || in.Status == "DEREGISTERING" })
+	out.InstancesToReplace = len(insts)
 	out.DrainPercent = *next.DeploymentConfiguration.DrainPercent
 	out.BatchSize = deployments.BatchSize(len(insts), out.DrainPercent)
 	out.Batches = planBatches(insts, out.BatchSize)
@@ -303,7 +310,8 @@ func (s *Service) instancesIn(ctx context.Context, cluster string, cpArns []stri
 			continue
 		}
 		out = append(out, PlannedInstance{ContainerInstanceArn: ci.ContainerInstanceArn, CapacityProviderName: ci.CapacityProviderName,
-			Status: ci.Status, RegisteredAt: ci.RegisteredAt, CPU: resource(ci.RegisteredResources, "CPU"), Memory: resource(ci.RegisteredResources, "MEMORY")})
+			Status: ci.Status, RegisteredAt: ci.RegisteredAt, CPU: resource(ci.RegisteredResources, "CPU"), Memory: resource(ci.RegisteredResources, "MEMORY"),
+			InPlace: !s.Managed(ctx, ci)})
 	}
 	return out, nil
 }
@@ -337,8 +345,10 @@ func planBatches(insts []PlannedInstance, size int) []RolloutBatch {
 		n := min(size, len(insts))
 		b := RolloutBatch{Instances: insts[:n]}
 		for _, in := range b.Instances {
-			b.ExtraCPU += in.CPU
-			b.ExtraMemory += in.Memory
+			if !in.InPlace {
+				b.ExtraCPU += in.CPU
+				b.ExtraMemory += in.Memory
+			}
 		}
 		batches = append(batches, b)
 		insts = insts[n:]

@@ -68,7 +68,9 @@ func TestPlanBatches(t *testing.T) {
 	inst := func(arn string, at time.Duration, cpu int64) PlannedInstance {
 		return PlannedInstance{ContainerInstanceArn: arn, RegisteredAt: shapes.At(t0.Add(at)), CPU: cpu, Memory: 2 * cpu}
 	}
-	insts := []PlannedInstance{inst("d", 3*time.Second, 100), inst("c", 0, 200), inst("b", time.Second, 300), inst("a", time.Second, 400), inst("e", 4*time.Second, 500)}
+	byHand := inst("e", 4*time.Second, 500)
+	byHand.InPlace = true // changed in place: no extra capacity
+	insts := []PlannedInstance{inst("d", 3*time.Second, 100), inst("c", 0, 200), inst("b", time.Second, 300), inst("a", time.Second, 400), byHand}
 	bs := planBatches(insts, 2)
 	var order []string
 	for _, b := range bs {
@@ -79,7 +81,7 @@ func TestPlanBatches(t *testing.T) {
 	if !slices.Equal(order, []string{"c", "a", "b", "d", "e"}) || len(bs) != 3 {
 		t.Fatalf("order %v in %d batches", order, len(bs))
 	}
-	if bs[0].ExtraCPU != 600 || bs[0].ExtraMemory != 1200 || bs[2].ExtraCPU != 500 {
+	if bs[0].ExtraCPU != 600 || bs[0].ExtraMemory != 1200 || bs[2].ExtraCPU != 0 || len(bs[2].Instances) != 1 {
 		t.Fatalf("extra capacity: %+v", bs)
 	}
 	if got := planBatches(nil, 1); got == nil || len(got) != 0 {

@@ -108,19 +108,27 @@ func (s *Service) CapacityProvider(ctx context.Context, name string) (store.Capa
 // Endpoint is the URL agents reach the server at.
 func (s *Service) Endpoint() string { return s.endpoint }
 
+// waitingProbe is what Waiting tests of a task.
+type waitingProbe struct {
+	InstanceID           string `json:"capstanInstanceId"`
+	CapacityProviderName string `json:"capacityProviderName"`
+	DesiredStatus        string `json:"desiredStatus"`
+	LastStatus           string `json:"lastStatus"`
+}
+
 // Waiting lists the tasks of a capacity provider that wait for an instance,
 // oldest first.
 func (s *Service) Waiting(ctx context.Context, cluster, cp string) ([]store.Task, error) {
-	items, _, err := store.List[store.Task](ctx, s.st, store.TaskPrefix(cluster), "", 0)
+	// Called on every task change: placed tasks are skipped undecoded.
+	items, err := store.ListWhere[store.Task](ctx, s.st, store.TaskPrefix(cluster), func(t waitingProbe) bool {
+		return t.InstanceID == "" && t.CapacityProviderName == cp && t.DesiredStatus == "RUNNING" && t.LastStatus != "STOPPED"
+	})
 	if err != nil {
 		return nil, err
 	}
-	var out []store.Task
+	out := make([]store.Task, 0, len(items))
 	for _, it := range items {
-		t := it.Value
-		if t.InstanceID == "" && t.CapacityProviderName == cp && t.DesiredStatus == "RUNNING" && t.LastStatus != "STOPPED" {
-			out = append(out, t)
-		}
+		out = append(out, it.Value)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt.Time) })
 	return out, nil

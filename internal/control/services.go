@@ -573,7 +573,11 @@ func (s *Service) DescribeServices(ctx context.Context, req *shapes.DescribeServ
 		return nil, err
 	}
 	cluster := cl.Value.ClusterName
-	byGroup, err := s.tasksByGroup(ctx, cluster)
+	groups := make([]string, len(refs))
+	for i, r := range refs {
+		groups[i] = "service:" + r.name
+	}
+	byGroup, err := s.tasksByGroup(ctx, cluster, groups...)
 	if err != nil {
 		return nil, storeErr(err)
 	}
@@ -640,7 +644,7 @@ func (s *Service) ListServices(ctx context.Context, req *shapes.ListServicesRequ
 
 // describeService is the API view of one service, read fresh.
 func (s *Service) describeService(ctx context.Context, svc store.Service, tags bool) (*shapes.Service, error) {
-	byGroup, err := s.tasksByGroup(ctx, svc.Cluster)
+	byGroup, err := s.tasksByGroup(ctx, svc.Cluster, "service:"+svc.ServiceName)
 	if err != nil {
 		return nil, storeErr(err)
 	}
@@ -663,9 +667,14 @@ func (s *Service) serviceEvents(ctx context.Context, svc store.Service) ([]shape
 	return it.Value.Events, nil
 }
 
-// tasksByGroup lists a cluster's tasks by their group.
-func (s *Service) tasksByGroup(ctx context.Context, cluster string) (map[string][]store.Task, error) {
-	items, _, err := store.List[store.Task](ctx, s.st, store.TaskPrefix(cluster), "", 0)
+// groupProbe is a task's group alone, to filter before decoding.
+type groupProbe struct {
+	Group string `json:"group"`
+}
+
+// tasksByGroup lists a cluster's tasks of the given groups by group.
+func (s *Service) tasksByGroup(ctx context.Context, cluster string, groups ...string) (map[string][]store.Task, error) {
+	items, err := store.ListWhere[store.Task](ctx, s.st, store.TaskPrefix(cluster), func(p groupProbe) bool { return slices.Contains(groups, p.Group) })
 	if err != nil {
 		return nil, err
 	}

@@ -398,7 +398,9 @@ func (s *Service) candidates(ctx context.Context, cluster, group string, named [
 		for _, p := range rem.ports {
 			c.taken[p] = true
 		}
-		desired, _, err := store.List[protocol.Task](ctx, s.st, store.DesiredPrefix(cluster, id), "", 0)
+		// Only the group counts here: the whole desired task (definition
+		// and all) is not decoded, for every instance of the cluster.
+		desired, _, err := store.List[groupProbe](ctx, s.st, store.DesiredPrefix(cluster, id), "", 0)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -141,3 +141,39 @@ func TestSubscriptionSeesChangesInOrder(t *testing.T) {
 		t.Fatalf("changes: %+v", seen)
 	}
 }
+
+func TestListWhereDecodesOnlyWhatIsKept(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	for i := range 10 {
+		if _, err := s.Txn().Create(fmt.Sprintf("w/%02d", i), obj{Name: fmt.Sprintf("n%d", i%3), N: i}).Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A value that only the probe can read: it must not be decoded whole
+	// unless kept.
+	if _, err := s.Txn().Create("w/zz", map[string]any{"name": "other", "n": "not a number"}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	type probe struct {
+		Name string `json:"name"`
+	}
+	items, err := ListWhere[obj](ctx, s, "w/", func(p probe) bool { return p.Name == "n1" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, it := range items {
+		got = append(got, it.Value.N)
+		if it.Rev == 0 || it.Key == "" {
+			t.Fatalf("item without key or revision: %+v", it)
+		}
+	}
+	if fmt.Sprint(got) != "[1 4 7]" {
+		t.Fatalf("kept %v, want [1 4 7] in key order", got)
+	}
+	if _, err := ListWhere[obj](ctx, s, "w/", func(p probe) bool { return p.Name == "other" }); err == nil {
+		t.Fatal("a kept value that does not decode gave no error")
+	}
+}

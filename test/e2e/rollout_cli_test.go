@@ -113,7 +113,8 @@ func TestRolloutCLI(t *testing.T) {
 		{"!", "deploymentConfiguration.bakeTimeInMinutes", "2", "->", "0"},
 		{"!", "critical", "false", "->", "true"},
 		{"daemonTaskDefinitionArn", "agentd:1", "agentd:2"},
-		{"1", "2048", "2048", a.InstanceArn[strings.LastIndexByte(a.InstanceArn, '/')+1:], "(fleet-mi)"},
+		// An agent started by hand is updated in place: no extra capacity.
+		{"1", "0", "0", a.InstanceArn[strings.LastIndexByte(a.InstanceArn, '/')+1:], "(fleet-mi,", "in", "place)"},
 	} {
 		if !hasFields(out, want...) {
 			t.Errorf("dry run lacks %q:\n%s", strings.Join(want, " "), out)
@@ -194,4 +195,53 @@ func hasFields(out string, fields ...string) bool {
 		}
 	}
 	return false
+}
+
+// TestRolloutDryRunManagedInstance: an instance Capstan provisioned is
+// replaced, so the dry run asks for a same-size instance of extra capacity.
+func TestRolloutDryRunManagedInstance(t *testing.T) {
+	ctx := context.Background()
+	f := newManagedFleet(t)
+	cp := f.managedCapacityProvider("auto", 600)
+	f.daemon("agentd", cp, true, "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done")
+	td := f.register("job", f.container("job", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"))
+	out, err := f.c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String(f.cluster), TaskDefinition: aws.String(td),
+		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("auto")}}})
+	if err != nil || len(out.Tasks) != 1 {
+		t.Fatalf("run task: %+v %v", out, err)
+	}
+	task := f.waitStatus(aws.ToString(out.Tasks[0].TaskArn), "RUNNING", 120*time.Second)
+	ci := f.instance(aws.ToString(task.ContainerInstanceArn))
+	var cpu, mem int32
+	for _, r := range ci.RegisteredResources {
+		switch aws.ToString(r.Name) {
+		case "CPU":
+			cpu = r.IntegerValue
+		case "MEMORY":
+			mem = r.IntegerValue
+		}
+	}
+	stdout, _ := f.capstanOK("daemon", "update", "agentd", "--cluster", f.cluster, "--keep-unspecified", "--dry-run", "-o", "json")
+	var p struct {
+		Resets  []any `json:"resets"`
+		Batches []struct {
+			ExtraCPU    int32 `json:"extraCpu"`
+			ExtraMemory int32 `json:"extraMemory"`
+			Instances   []struct {
+				ContainerInstanceArn string `json:"containerInstanceArn"`
+				InPlace              bool   `json:"inPlace"`
+			} `json:"instances"`
+		} `json:"batches"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
+		t.Fatalf("dry run JSON: %v\n%s", err, stdout)
+	}
+	if len(p.Resets) != 0 || len(p.Batches) != 1 || len(p.Batches[0].Instances) != 1 {
+		t.Fatalf("dry run: %s", stdout)
+	}
+	b := p.Batches[0]
+	if b.Instances[0].ContainerInstanceArn != aws.ToString(ci.ContainerInstanceArn) || b.Instances[0].InPlace ||
+		b.ExtraCPU != cpu || b.ExtraMemory != mem || cpu == 0 {
+		t.Fatalf("batch %+v, instance of %d CPU and %d MiB", b, cpu, mem)
+	}
 }

@@ -46,8 +46,10 @@ const (
 	// maxEvents is how many events a service keeps, as ECS shows.
 	maxEvents = 100
 	// Per reconcile, so that one transaction stays small; task writes wake
-	// the service again for the rest.
-	startBatch = 10
+	// the service again for the rest. A start writes the task, its desired
+	// entry and at most one instance: 40 keeps a transaction within etcd's
+	// default of 128 operations, and every reconcile reads the cluster.
+	startBatch = 40
 	stopBatch  = 25
 	// placementRetry is how soon placement is tried again after it failed
 	// (connecting agents and draining instances also wake the service).
@@ -405,12 +407,12 @@ func (r *Reconciler) expire(ctx context.Context, it store.Item[store.Service], n
 // tasks lists the service's tasks, stopped ones included (launch
 // throttling reads them).
 func (r *Reconciler) tasks(ctx context.Context, svc store.Service) ([]store.Item[store.Task], error) {
-	all, _, err := store.List[store.Task](ctx, r.Store, store.TaskPrefix(svc.Cluster), "", 0)
-	if err != nil {
-		return nil, err
-	}
 	group := "service:" + svc.ServiceName
-	return slices.DeleteFunc(all, func(t store.Item[store.Task]) bool { return t.Value.Group != group }), nil
+	return store.ListWhere[store.Task](ctx, r.Store, store.TaskPrefix(svc.Cluster), func(p struct {
+		Group string `json:"group"`
+	}) bool {
+		return p.Group == group
+	})
 }
 
 // instances maps the cluster's instance IDs to their status; INACTIVE
