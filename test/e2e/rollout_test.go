@@ -332,6 +332,21 @@ func TestDaemonRolloutSupersedeAndDelete(t *testing.T) {
 	}
 	r.onRevision(aws.ToString(dep.TargetDaemonRevision.Arn), 2)
 	r.checkHistory(1)
+	// The AWS CLI waiters read these states: stopped and successful are
+	// reached, and waiting for success on a stopped deployment fails.
+	wait := func(waiter, arn string) error {
+		_, stderr, err := runAWS(t, r.srv.Env(), "ecs", "wait", waiter, "--daemon-deployment-arns", arn, "--endpoint-url", r.srv.URL, "--region", "us-east-1")
+		if err != nil {
+			t.Logf("aws ecs wait %s: %v: %s", waiter, err, stderr)
+		}
+		return err
+	}
+	if wait("daemon-deployment-stopped", first) != nil || wait("daemon-deployment-successful", second) != nil {
+		t.Error("AWS CLI waiters did not see the final states")
+	}
+	if wait("daemon-deployment-successful", first) == nil {
+		t.Error("waiting for a stopped deployment to succeed did not fail")
+	}
 
 	before := r.instanceArns()
 	del, err := r.c.DeleteDaemon(ctx, &ecs.DeleteDaemonInput{DaemonArn: aws.String(r.daemonArn)})
