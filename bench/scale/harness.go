@@ -341,7 +341,9 @@ func (h *harness) daemonRunning(ctx context.Context, arn string) (int, string, e
 // waitDaemon waits until the daemon runs on n instances.
 func (h *harness) waitDaemon(ctx context.Context, arn string, n int, timeout time.Duration) error {
 	last := -1
-	return until(ctx, timeout, 250*time.Millisecond, fmt.Sprintf("daemon running on %d instances", n), func(ctx context.Context) (bool, error) {
+	// Polled once a second: DescribeDaemon reads the whole fleet, and the
+	// polling must not be what is measured.
+	return until(ctx, timeout, time.Second, fmt.Sprintf("daemon running on %d instances", n), func(ctx context.Context) (bool, error) {
 		got, _, err := h.daemonRunning(ctx, arn)
 		if err != nil {
 			return false, err
@@ -357,7 +359,7 @@ func (h *harness) waitDaemon(ctx context.Context, arn string, n int, timeout tim
 // waitService waits until the service runs want tasks.
 func (h *harness) waitService(ctx context.Context, want int, timeout time.Duration) error {
 	last := int32(-1)
-	return until(ctx, timeout, 250*time.Millisecond, fmt.Sprintf("service running %d tasks", want), func(ctx context.Context) (bool, error) {
+	return until(ctx, timeout, 500*time.Millisecond, fmt.Sprintf("service running %d tasks", want), func(ctx context.Context) (bool, error) {
 		out, err := h.c.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String(clusterName), Services: []string{serviceName}})
 		if err != nil || len(out.Services) != 1 {
 			return false, err

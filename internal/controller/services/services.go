@@ -418,7 +418,11 @@ func (r *Reconciler) tasks(ctx context.Context, svc store.Service) ([]store.Item
 // instances maps the cluster's instance IDs to their status; INACTIVE
 // instances are left out, as gone.
 func (r *Reconciler) instances(ctx context.Context, cluster string) (map[string]string, error) {
-	items, _, err := store.List[store.ContainerInstance](ctx, r.Store, store.ContainerInstancePrefix(cluster), "", 0)
+	// Two fields of every instance, on every reconcile: decode no more.
+	items, _, err := store.List[struct {
+		ID     string `json:"capstanId"`
+		Status string `json:"status"`
+	}](ctx, r.Store, store.ContainerInstancePrefix(cluster), "", 0)
 	if err != nil {
 		return nil, err
 	}
