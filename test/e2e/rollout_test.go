@@ -165,17 +165,6 @@ func (r *rollout) checkHistory(batch int) {
 func (r *rollout) onRevision(rev string, n int) {
 	r.t.Helper()
 	ctx := context.Background()
-	{
-		d, _ := r.c.DescribeDaemon(ctx, &ecs.DescribeDaemonInput{DaemonArn: aws.String(r.daemonArn)})
-		for _, cr := range d.Daemon.CurrentRevisions {
-			r.t.Logf("current revision %s running %d without %d", aws.ToString(cr.Arn), cr.TotalRunningCount, cr.TotalWithoutDaemonCount)
-		}
-		for _, ci := range r.activeInstances() {
-			r.t.Logf("instance %s %s", aws.ToString(ci.ContainerInstanceArn), aws.ToString(ci.Status))
-		}
-		list, _ := r.c.ListContainerInstances(ctx, &ecs.ListContainerInstancesInput{Cluster: aws.String(r.cluster)})
-		r.t.Logf("all instances (not INACTIVE): %v", list.ContainerInstanceArns)
-	}
 	eventually(r.t, 30*time.Second, "daemon reports one revision on every instance", func() bool {
 		d, err := r.c.DescribeDaemon(ctx, &ecs.DescribeDaemonInput{DaemonArn: aws.String(r.daemonArn)})
 		if err != nil || len(d.Daemon.CurrentRevisions) != 1 {
