@@ -11,6 +11,7 @@ import (
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/controller/deployments"
+	"github.com/capstanhq/capstan/internal/events"
 	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/store"
 	"github.com/capstanhq/capstan/internal/taskdef"
@@ -354,6 +355,11 @@ func (s *Service) supersede(ctx context.Context, tx *store.Txn, d store.Daemon, 
 				arns = append(arns, a)
 			}
 		}
+		wasPending := dep.Status == "PENDING"
+		// A stopped deployment keeps the counts it ended with.
+		if err := s.liveDeploymentCounts(ctx, dep, &dep.DaemonDeployment); err != nil {
+			return nil, err
+		}
 		dep.Status = "STOPPED"
 		dep.StatusReason = "Superseded by deployment " + by + "."
 		dep.StoppedAt = now
@@ -364,6 +370,17 @@ func (s *Service) supersede(ctx context.Context, tx *store.Txn, d store.Daemon, 
 			dep.Alarms.Status = "MONITORING_COMPLETE"
 		}
 		tx.Update(it.Key, it.Rev, dep)
+		change := events.DeploymentChange{Status: "STOPPED", ClusterArn: dep.ClusterArn, DaemonArn: dep.DaemonArn,
+			DaemonDeploymentArn: dep.DaemonDeploymentArn, TargetDaemonRevisionArn: dep.TargetRevisionArn, UpdatedAt: now.Time}
+		pending := change
+		pending.Status, pending.UpdatedAt = "PENDING", dep.CreatedAt.Time
+		tx.OnCommit(func() {
+			ctx := context.WithoutCancel(ctx)
+			if wasPending { // as the controller would have reported it
+				s.events.Record(ctx, d.Cluster, events.DaemonDeploymentStateChangeEvent(pending))
+			}
+			s.events.Record(ctx, d.Cluster, events.DaemonDeploymentStateChangeEvent(change))
+		})
 	}
 	var revs []store.DaemonRevision
 	for _, a := range arns {

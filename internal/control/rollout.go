@@ -110,6 +110,15 @@ func (f rolloutFleet) Replace(ctx context.Context, tx *store.Txn, dep store.Daem
 		}
 		return store.Replacement{Instance: ci.ID, InPlace: true}, nil
 	}
+	if st.Retire {
+		if ci.Status != "DRAINING" {
+			ci.Status, ci.StatusReason = "DRAINING", "Retired by daemon deployment "+lastPart(dep.DaemonDeploymentArn)+" before it served"
+			*ci.Version++
+			tx.Update(it.Key, it.Rev, ci)
+			tx.OnCommit(func() { s.instanceChanged(context.WithoutCancel(ctx), ci) })
+		}
+		return store.Replacement{Instance: ci.ID}, nil
+	}
 	// Drain the instance and ask for a same-size replacement, in the
 	// rollout's own transaction: a crash leaves both or neither.
 	m := ManagedInstance{ID: newManagedID(), Cluster: dep.Cluster, CapacityProvider: ci.CapacityProviderName,

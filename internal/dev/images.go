@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -193,4 +194,27 @@ func pruneImages(ctx context.Context, rt *docker.Runtime, prefix, keep string) {
 		}
 		rt.RemoveImage(ctx, img.ID)
 	}
+}
+
+// SampleImage builds (or reuses) the sample images from the checkout
+// around the working directory and returns the reference of one of them
+// ("telemetry" or "webapp"); tests run the sample daemon with it.
+func SampleImage(ctx context.Context, rt *docker.Runtime, name string) (string, error) {
+	src, err := sourceTree("")
+	if err != nil {
+		return "", err
+	}
+	goTool, err := goToolchain()
+	if err != nil {
+		return "", err
+	}
+	imgs, err := buildImages(ctx, rt, goTool, src, &printer{w: io.Discard})
+	if err != nil {
+		return "", err
+	}
+	ref, ok := imgs[name]
+	if !ok {
+		return "", fmt.Errorf("no sample program %q", name)
+	}
+	return ref, nil
 }

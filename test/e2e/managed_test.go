@@ -23,13 +23,19 @@ import (
 )
 
 // newManagedFleet is a fleet whose server provisions local instances.
-func newManagedFleet(t *testing.T) *fleet {
+func newManagedFleet(t *testing.T) *fleet { return newManagedFleetWith(t, nil) }
+
+// newManagedFleetWith lets the test change the server's configuration.
+func newManagedFleetWith(t *testing.T, config func(*server.Config)) *fleet {
 	t.Helper()
 	rt := testenv.RequireDocker(t)
 	bin := testenv.CapstanBinary(t)
 	srv := testenv.StartServerWith(t, func(c *server.Config) {
 		c.Provisioner, c.AgentBinary = "local", bin
 		c.AgentEnv = map[string]string{"ECS_IMAGE_PULL_BEHAVIOR": "prefer-cached", "ECS_CONTAINER_STOP_TIMEOUT": "5s"}
+		if config != nil {
+			config(c)
+		}
 	})
 	f := &fleet{t: t, srv: srv, c: srv.ECS(), rt: rt, image: testenv.BusyboxImage(t), cluster: "managed"}
 	if _, err := f.c.CreateCluster(context.Background(), &ecs.CreateClusterInput{ClusterName: aws.String(f.cluster)}); err != nil {

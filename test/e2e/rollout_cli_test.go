@@ -22,7 +22,7 @@ import (
 // and returns its exit code and output.
 func (f *fleet) capstanCLI(args ...string) (code int, stdout, stderr string) {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, testenv.CapstanBinary(f.t), args...)
 	cmd.Env = append(f.srv.Env(), "CAPSTAN_ENDPOINT="+f.srv.URL, "HOME="+f.t.TempDir())

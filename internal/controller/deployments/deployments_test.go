@@ -75,6 +75,21 @@ func TestBatchesReplaceOldestFirstAndWait(t *testing.T) {
 	}
 }
 
+func TestDrainingInstancesTakeRoomInTheBatch(t *testing.T) {
+	dep := deployment("IN_PROGRESS")
+	dep.Rollout.BatchSize = 2
+	inst := fleet(4, revO, true)
+	inst[0].Status = "DRAINING" // a superseded deployment's batch
+	if d := Plan(dep, World{Current: true, Instances: inst, Now: t0}); len(d.Start) != 1 || d.Start[0].Instance.ID != "b" {
+		t.Fatalf("%+v", d.Start)
+	}
+	inst[1].Status = "DRAINING"
+	inst[2].Status = "REGISTERING"
+	if d := Plan(dep, World{Current: true, Instances: inst, Now: t0}); len(d.Start) != 1 || !d.Start[0].Retire {
+		t.Fatalf("with the batch full only instances that never served go: %+v", d.Start)
+	}
+}
+
 func TestCompletesAfterBake(t *testing.T) {
 	dep := deployment("IN_PROGRESS")
 	dep.DeploymentConfiguration.BakeTimeInMinutes = ptr(int32(2))
@@ -102,15 +117,21 @@ func TestBreakerTripsAndRollsBack(t *testing.T) {
 	if d.Dep.Status != "STOP_REQUESTED" || d.Dep.CircuitBreaker.Status != "TRIGGERED" || d.Dep.Rollback.RollbackTargetDaemonRevisionArn != revO {
 		t.Fatalf("%s %+v", d.Dep.Status, d.Dep.Rollback)
 	}
+	d.Dep.Rollout.Replacing = []store.Replacement{{Instance: "a", ManagedInstance: "mi-1"}}
 	d = Plan(d.Dep, World{Current: true, Instances: fleet(2, revO, true), Now: t0, RollbackCPs: []string{cpA}})
-	if d.Dep.Status != "ROLLBACK_IN_PROGRESS" || !d.SwitchDaemon {
-		t.Fatalf("%s switch %v", d.Dep.Status, d.SwitchDaemon)
+	if d.Dep.Status != "ROLLBACK_IN_PROGRESS" || !d.SwitchDaemon || len(d.Dep.Rollout.Replacing) != 0 {
+		t.Fatalf("%s switch %v batch %v", d.Dep.Status, d.SwitchDaemon, d.Dep.Rollout.Replacing)
 	}
-	// Instances on the new revision are replaced back; then it succeeds.
+	// Instances on the new revision are replaced back; one that never
+	// served (REGISTERING) is retired without a replacement.
 	inst := append(fleet(1, revO, true), fleet(2, revN, false)[1])
 	r := Plan(d.Dep, World{Current: true, Instances: inst, Now: t0})
-	if len(r.Start) != 1 || r.Start[0].Instance.ID != "b" || r.Start[0].Target != revO {
+	if len(r.Start) != 1 || r.Start[0].Instance.ID != "b" || r.Start[0].Target != revO || r.Start[0].Retire {
 		t.Fatalf("rollback batch %+v", r.Start)
+	}
+	inst[1].Status = "REGISTERING"
+	if r := Plan(d.Dep, World{Current: true, Instances: inst, Now: t0}); len(r.Start) != 1 || !r.Start[0].Retire {
+		t.Fatalf("registering instance: %+v", r.Start)
 	}
 	r = Plan(d.Dep, World{Current: true, Instances: fleet(2, revO, true), Now: t0})
 	if r.Dep.Status != "ROLLBACK_SUCCESSFUL" || r.Dep.FinishedAt.IsZero() {

@@ -71,6 +71,10 @@ type Decision struct {
 type Start struct {
 	Instance Instance
 	InPlace  bool
+	// Retire drains a managed instance that never served (REGISTERING)
+	// without a replacement: it holds no application task, and tasks that
+	// wait for room get a new instance from the instances controller.
+	Retire bool
 	// Target is the revision the instance must end on ("" for none).
 	Target string
 }
@@ -155,6 +159,9 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 		}
 		ro.BatchSize = BatchSize(n, drainPercent(dep))
 		ro.LastProgressAt, ro.Stalled, ro.BakeUntil = w.Now, nil, time.Time{}
+		// The forward batch is abandoned: its old instances finish draining
+		// on their own, its replacements are rolled back like any instance.
+		ro.Replacing = nil
 		d.SwitchDaemon = true
 		d.Changed = true
 		return d
@@ -198,8 +205,10 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 	for _, e := range ro.Replacing {
 		inBatch[e.Instance] = true
 	}
+	drainingN := 0
 	for _, in := range w.Instances {
 		if leaving(in.Status) {
+			drainingN++
 			continue
 		}
 		if ready(in) {
@@ -317,11 +326,20 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 			}
 			return a.Arn < b.Arn
 		})
-		size := max(ro.BatchSize, 1)
-		for _, in := range candidates[:min(size, len(candidates))] {
-			d.Start = append(d.Start, Start{Instance: in, InPlace: !in.Managed, Target: target})
+		// Instances already draining (an earlier deployment's batch, a
+		// scale-in) take room in the batch; ones that never served do not.
+		size, room := max(ro.BatchSize, 1), max(ro.BatchSize, 1)-drainingN
+		for _, in := range candidates {
+			retire := in.Managed && in.Status == "REGISTERING"
+			if len(d.Start) == size || (!retire && room <= 0) {
+				continue
+			}
+			if !retire {
+				room--
+			}
+			d.Start = append(d.Start, Start{Instance: in, InPlace: !in.Managed, Retire: retire, Target: target})
 		}
-		d.Changed = true
+		d.Changed = d.Changed || len(d.Start) > 0
 	}
 	d.Requeue = Poll
 	return d

@@ -132,6 +132,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 	if cp.Type != "MANAGED_INSTANCES" || cp.Cluster == "" {
 		return 0, nil
 	}
+	// Waiting tasks are read before the instances: an instance launched for
+	// them (a rollout's replacement) is then seen, and not launched twice.
+	waiting, err := r.Svc.Waiting(ctx, cp.Cluster, name)
+	if err != nil {
+		return 0, err
+	}
 	managed, err := r.Svc.ManagedInstances(ctx, cp.Cluster, name)
 	if err != nil {
 		return 0, err
@@ -208,10 +214,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		return 0, nil
 	}
 	// Place waiting tasks; launch an instance for what does not fit.
-	waiting, err := r.Svc.Waiting(ctx, cp.Cluster, name)
-	if err != nil {
-		return 0, err
-	}
 	for _, t := range waiting {
 		placed, err := r.Svc.PlaceWaiting(ctx, t)
 		if err != nil {
