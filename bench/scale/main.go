@@ -177,6 +177,43 @@ type Rollout struct {
 	Seconds      float64 `json:"seconds"` // -1: not finished
 	Status       string  `json:"status"`
 	Reason       string  `json:"reason,omitempty"`
+	// From CapstanV1.DescribeDaemonRollout at the end.
+	OnTarget  int    `json:"on_target"`
+	Remaining int    `json:"remaining"`
+	Draining  int    `json:"draining"`
+	Stalled   string `json:"stalled,omitempty"`
+}
+
+// rolloutView is the part of CapstanV1.DescribeDaemonRollout read here.
+type rolloutView struct {
+	Status            string `json:"status"`
+	CapacityProviders []struct {
+		OnTarget  int `json:"onTarget"`
+		Remaining int `json:"remaining"`
+		Draining  int `json:"draining"`
+	} `json:"capacityProviders"`
+	Stalled *struct {
+		Kind    string `json:"kind"`
+		Message string `json:"message"`
+	} `json:"stalled"`
+}
+
+// progress reads how far a rollout is.
+func (h *harness) progress(ctx context.Context, daemonArn, depArn string, r *Rollout) {
+	var v rolloutView
+	if err := h.extension(ctx, "DescribeDaemonRollout", map[string]string{"daemonArn": daemonArn, "daemonDeploymentArn": depArn}, &v); err != nil {
+		r.Stalled = "DescribeDaemonRollout: " + err.Error()
+		return
+	}
+	r.OnTarget, r.Remaining, r.Draining = 0, 0, 0
+	for _, cp := range v.CapacityProviders {
+		r.OnTarget += cp.OnTarget
+		r.Remaining += cp.Remaining
+		r.Draining += cp.Draining
+	}
+	if v.Stalled != nil {
+		r.Stalled = v.Stalled.Kind + ": " + v.Stalled.Message
+	}
 }
 
 // Machine describes where the numbers were taken.
@@ -423,10 +460,16 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 			return err
 		}
 		var dep types.DaemonDeployment
+		lastLog := time.Now()
 		werr := until(ctx, o.rolloutTimeout, 250*time.Millisecond, "deployment finished", func(ctx context.Context) (bool, error) {
 			dep, err = h.deployment(ctx, depArn)
 			if err != nil {
 				return false, err
+			}
+			if time.Since(lastLog) > 10*time.Second {
+				lastLog = time.Now()
+				h.progress(ctx, daemonArn, depArn, &r)
+				h.logf("  rollout %s: %d on target, %d remaining, %d draining %s", dep.Status, r.OnTarget, r.Remaining, r.Draining, r.Stalled)
 			}
 			r.Status = string(dep.Status)
 			switch dep.Status {
@@ -446,12 +489,14 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 			r.Seconds = time.Since(t).Seconds()
 		}
 		r.Reason = aws.ToString(dep.StatusReason)
+		h.progress(ctx, daemonArn, depArn, &r)
 		rep.Rollouts = append(rep.Rollouts, r)
 		if drain == 25 {
 			rep.RolloutSeconds = r.Seconds
 		}
 		if r.Seconds < 0 {
-			h.logf("rollout drainPercent %v: not finished (%s after %s: %s)", drain, r.Status, o.rolloutTimeout, r.Reason)
+			h.logf("rollout drainPercent %v: not finished (%s after %s: %s; %d on target, %d remaining, %d draining; %s)", drain, r.Status,
+				o.rolloutTimeout, r.Reason, r.OnTarget, r.Remaining, r.Draining, r.Stalled)
 			rep.Notes = append(rep.Notes, fmt.Sprintf("rollout drainPercent %v did not finish within %s (status %s); later rollouts not run", drain, o.rolloutTimeout, r.Status))
 			return nil
 		}
@@ -563,7 +608,8 @@ func printTable(w io.Writer, r *Report) {
 	fmt.Fprintf(tw, "CreateDaemon → RUNNING on all\t%.1f s\n", r.DaemonPlacementSeconds)
 	fmt.Fprintf(tw, "service of %d tasks → all RUNNING\t%.1f s\t%.0f placements/s\n", r.ServiceTasks, r.ServiceSeconds, r.PlacementsPerSecond)
 	for _, ro := range r.Rollouts {
-		fmt.Fprintf(tw, "UpdateDaemon drainPercent %v → SUCCESSFUL\t%s\t%s\n", ro.DrainPercent, secs(ro.Seconds), ro.Status)
+		fmt.Fprintf(tw, "UpdateDaemon drainPercent %v → SUCCESSFUL\t%s\t%s, %d/%d on target\n", ro.DrainPercent, secs(ro.Seconds), ro.Status,
+			ro.OnTarget, ro.OnTarget+ro.Remaining)
 	}
 	fmt.Fprintf(tw, "API during rollout (%d calls, %d errors)\tp50 %.1f ms\tp99 %.1f ms\n", r.APISamples, r.APIErrors, r.APIP50Ms, r.APIP99Ms)
 	for op, v := range r.APIByOp {
