@@ -36,8 +36,11 @@ const (
 	cpName      = "hollow"
 	daemonName  = "node-agent"
 	serviceName = "web"
-	instanceCPU = 2048
-	instanceMem = 4096
+	// maxServiceTasks is the most a service may want (desiredCount, as in
+	// ECS); 2N tasks are split over as many services as that takes.
+	maxServiceTasks = 5000
+	instanceCPU     = 2048
+	instanceMem     = 4096
 )
 
 // harness is a server with N hollow instances and the client that drives it.
@@ -361,16 +364,21 @@ func (h *harness) waitDaemon(ctx context.Context, arn string, n int, timeout tim
 func (h *harness) waitService(ctx context.Context, want int, timeout time.Duration) error {
 	last := int32(-1)
 	return until(ctx, timeout, 500*time.Millisecond, fmt.Sprintf("service running %d tasks", want), func(ctx context.Context) (bool, error) {
-		out, err := h.c.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String(clusterName), Services: []string{serviceName}})
-		if err != nil || len(out.Services) != 1 {
+		names := serviceNames(want)
+		out, err := h.c.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String(clusterName), Services: names})
+		if err != nil || len(out.Services) != len(names) {
 			return false, err
 		}
-		s := out.Services[0]
-		if s.RunningCount != last && (int(s.RunningCount-last) >= want/10 || int(s.RunningCount) == want) {
-			h.logf("  service running %d/%d (pending %d)", s.RunningCount, want, s.PendingCount)
-			last = s.RunningCount
+		var running, pending int32
+		for _, s := range out.Services {
+			running += s.RunningCount
+			pending += s.PendingCount
 		}
-		return int(s.RunningCount) == want, nil
+		if running != last && (int(running-last) >= want/10 || int(running) == want) {
+			h.logf("  services running %d/%d (pending %d)", running, want, pending)
+			last = running
+		}
+		return int(running) == want, nil
 	})
 }
 
@@ -522,7 +530,7 @@ func (h *harness) invariants(ctx context.Context, n, serviceTasks int) ([]string
 			if aws.ToString(t.LastStatus) == "RUNNING" {
 				daemons[ci]++
 			}
-		case g == "service:"+serviceName:
+		case strings.HasPrefix(g, "service:"+serviceName):
 			if aws.ToString(t.LastStatus) != "RUNNING" {
 				problems = append(problems, fmt.Sprintf("service task %s is %s", aws.ToString(t.TaskArn), aws.ToString(t.LastStatus)))
 				continue
@@ -580,4 +588,13 @@ func resource(rs []types.Resource, name string) int32 {
 		}
 	}
 	return 0
+}
+
+// serviceNames are the services that hold n tasks: web, web-2, ...
+func serviceNames(n int) []string {
+	names := []string{serviceName}
+	for i := 2; (i-1)*maxServiceTasks < n; i++ {
+		names = append(names, fmt.Sprintf("%s-%d", serviceName, i))
+	}
+	return names
 }

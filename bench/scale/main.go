@@ -14,7 +14,8 @@
 //
 //  1. registration: N instances launched at once → all ACTIVE, connected;
 //  2. CreateDaemon → the daemon RUNNING on all N (DescribeDaemon counts);
-//  3. CreateService of 2N tasks → all RUNNING (placements per second);
+//  3. CreateService of 2N tasks (over services of at most 5,000 each, the
+//     desiredCount limit) → all RUNNING (placements per second);
 //  4. UpdateDaemon with drainPercent 25 → deployment SUCCESSFUL, while one
 //     client samples DescribeDaemon, ListTasks and DescribeContainerInstances
 //     (p50/p99); then drainPercent 100 and 10. A rollout that does not
@@ -398,10 +399,15 @@ func measure(ctx context.Context, o options, h *harness, rep *Report) error {
 	}
 	rep.ServiceTasks = 2 * n
 	t = time.Now()
-	if _, err := h.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(clusterName), ServiceName: aws.String(serviceName),
-		TaskDefinition: app.TaskDefinition.TaskDefinitionArn, DesiredCount: aws.Int32(int32(2 * n)),
-		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String(cpName)}}}); err != nil {
-		return fmt.Errorf("create service: %w", err)
+	left := 2 * n
+	for _, name := range serviceNames(2 * n) {
+		count := min(left, maxServiceTasks)
+		left -= count
+		if _, err := h.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(clusterName), ServiceName: aws.String(name),
+			TaskDefinition: app.TaskDefinition.TaskDefinitionArn, DesiredCount: aws.Int32(int32(count)),
+			CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String(cpName)}}}); err != nil {
+			return fmt.Errorf("create service %s: %w", name, err)
+		}
 	}
 	if err := h.waitService(ctx, 2*n, o.phaseTimeout); err != nil {
 		return err

@@ -76,8 +76,9 @@ type fleet struct {
 	clusterArn string
 	cpArn      string
 	daemons    []coverage.Daemon
-	services   map[string]int32 // desired counts
-	jobs       []string         // standalone tasks the test started
+	daemonTDs  map[string]string // daemon → its task definition ARN as created
+	services   map[string]int32  // desired counts
+	jobs       []string          // standalone tasks the test started
 	h          *coverage.History
 	from       time.Time
 }
@@ -115,6 +116,7 @@ func (f *fleet) init() {
 	f.h = coverage.NewHistory()
 	f.image = testenv.BusyboxImage(f.t)
 	f.services = map[string]int32{}
+	f.daemonTDs = map[string]string{}
 	b := make([]byte, 4)
 	rand.Read(b)
 	f.cluster = "fault-" + hex.EncodeToString(b)
@@ -196,8 +198,10 @@ func (f *fleet) daemonTaskDef(family string, cmd string) string {
 // daemon creates a daemon on the fleet's capacity provider.
 func (f *fleet) daemon(name string, critical bool, cmd string) string {
 	f.t.Helper()
+	td := f.daemonTaskDef(name, cmd)
+	f.daemonTDs[name] = td
 	out, err := f.c.CreateDaemon(context.Background(), &ecs.CreateDaemonInput{DaemonName: aws.String(name), ClusterArn: aws.String(f.cluster),
-		DaemonTaskDefinitionArn: aws.String(f.daemonTaskDef(name, cmd)), CapacityProviderArns: []string{f.cpArn}, Critical: aws.Bool(critical)})
+		DaemonTaskDefinitionArn: aws.String(td), CapacityProviderArns: []string{f.cpArn}, Critical: aws.Bool(critical)})
 	if err != nil {
 		f.t.Fatal(err)
 	}
