@@ -208,7 +208,9 @@ func (s *Service) release(ctx context.Context, tx *store.Txn, t store.Task, drai
 // mergeState copies an agent's report into the task record.
 func mergeState(t *store.Task, st protocol.TaskState) {
 	t.StateSeq = st.Seq
-	if st.LastStatus != "" {
+	// A status never moves back, whatever the sequence says (a replayed or
+	// reordered report, an agent whose counter restarted).
+	if st.LastStatus != "" && statusRank(st.LastStatus) >= statusRank(t.LastStatus) {
 		t.LastStatus = st.LastStatus
 	}
 	if st.HealthStatus != "" {
@@ -258,4 +260,9 @@ func mergeState(t *store.Task, st protocol.TaskState) {
 			dst.NetworkBindings = c.NetworkBindings
 		}
 	}
+}
+
+// statusRank orders task statuses as they progress.
+func statusRank(s string) int {
+	return slices.Index([]string{"PROVISIONING", "PENDING", "ACTIVATING", "RUNNING", "DEACTIVATING", "STOPPING", "DEPROVISIONING", "STOPPED"}, s)
 }

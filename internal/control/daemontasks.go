@@ -277,7 +277,13 @@ func (s *Service) InstanceTasks(ctx context.Context, ci store.ContainerInstance)
 
 // DeregisterDrained retires a drained instance: INACTIVE, nothing left on it.
 func (s *Service) DeregisterDrained(ctx context.Context, cluster, id string) error {
-	_, err := s.DeregisterContainerInstance(ctx, &shapes.DeregisterContainerInstanceRequest{Cluster: cluster, ContainerInstance: id, Force: ptr(true)})
+	return s.Retire(ctx, cluster, id, "Container instance drained and deregistered")
+}
+
+// Retire deregisters an instance, recording what is left on it STOPPED
+// with reason (e.g. the instance was lost).
+func (s *Service) Retire(ctx context.Context, cluster, id, reason string) error {
+	_, err := s.deregister(ctx, &shapes.DeregisterContainerInstanceRequest{Cluster: cluster, ContainerInstance: id, Force: ptr(true)}, reason)
 	return err
 }
 

@@ -547,6 +547,12 @@ func (s *Service) UpdateContainerInstancesState(ctx context.Context, req *shapes
 }
 
 func (s *Service) DeregisterContainerInstance(ctx context.Context, req *shapes.DeregisterContainerInstanceRequest) (*shapes.DeregisterContainerInstanceResponse, error) {
+	return s.deregister(ctx, req, "Container instance deregistration forced by a user")
+}
+
+// deregister retires an instance; forced, its tasks are recorded STOPPED
+// with reason.
+func (s *Service) deregister(ctx context.Context, req *shapes.DeregisterContainerInstanceRequest, reason string) (*shapes.DeregisterContainerInstanceResponse, error) {
 	cl, err := s.activeCluster(ctx, "cluster", req.Cluster)
 	if err != nil {
 		return nil, err
@@ -584,6 +590,7 @@ func (s *Service) DeregisterContainerInstance(ctx context.Context, req *shapes.D
 			return fault.ClientError("container instance %s still has %d task(s) not stopped; stop them, drain the instance, or use force", id, live)
 		}
 		tx := s.st.Txn()
+		var stopped []store.Task
 		// Forced: the instance's agent will retire its containers and can no
 		// longer report, so its tasks are recorded STOPPED now rather than
 		// left orphaned.
@@ -594,12 +601,13 @@ func (s *Service) DeregisterContainerInstance(ctx context.Context, req *shapes.D
 			}
 			t.DesiredStatus = "STOPPED"
 			if t.StopCode == "" {
-				t.StopCode, t.StoppedReason = "TaskFailedToStart", "Container instance deregistration forced by a user"
+				t.StopCode, t.StoppedReason = "TaskFailedToStart", reason
 			}
 			s.markStopped(&t)
 			t.Reserved = nil
 			*t.Version++
 			tx.Update(it.Key, it.Rev, t)
+			stopped = append(stopped, t)
 			dkey := store.DesiredKey(t.Cluster, t.InstanceID, t.ID)
 			if d, err := store.Get[protocol.Task](ctx, s.st, dkey); err == nil {
 				tx.Delete(dkey, d.Rev)
@@ -610,6 +618,9 @@ func (s *Service) DeregisterContainerInstance(ctx context.Context, req *shapes.D
 		tx.Update(it.Key, it.Rev, ci)
 		if _, err := tx.Commit(ctx); err != nil {
 			return err
+		}
+		for _, t := range stopped {
+			s.taskChanged(ctx, t)
 		}
 		s.instanceChanged(ctx, ci)
 		out = ci

@@ -18,6 +18,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/controller"
+	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/provision"
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -32,6 +33,11 @@ const (
 	DefaultScaleInAfter = 5 * time.Minute
 	// RegisterTimeout is how long a launched instance may take to register.
 	RegisterTimeout = 2 * time.Minute
+	// LostAfter is how long an instance may stay without a session (its
+	// agent alive but cut off) before it is replaced: past it the
+	// instance's tasks cannot be trusted to run, and its agent is stopped
+	// so it cannot come back next to its replacement.
+	LostAfter = protocol.SilenceLimit
 )
 
 // Reconciler reconciles one capacity provider per call.
@@ -46,6 +52,10 @@ type Reconciler struct {
 	Log      *slog.Logger
 
 	mu sync.Mutex
+	// silent is when this leader first saw an instance without a session;
+	// a new leader starts the count afresh, so a server restart replaces
+	// nothing by itself.
+	silent map[string]time.Time
 	// failures counts instances of a capacity provider that died or never
 	// registered soon after launch; launches back off while it is high.
 	failures map[string]launchFailures
@@ -79,6 +89,28 @@ func (r *Reconciler) succeeded(cp string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.failures, cp)
+}
+
+// silentFor is how long the instance has been seen without a session.
+func (r *Reconciler) silentFor(id string, now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.silent == nil {
+		r.silent = map[string]time.Time{}
+	}
+	since, ok := r.silent[id]
+	if !ok {
+		r.silent[id] = now
+		return 0
+	}
+	return now.Sub(since)
+}
+
+// heard forgets an instance's silence.
+func (r *Reconciler) heard(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.silent, id)
 }
 
 // launchWait is how long launches for cp must still wait.
@@ -159,6 +191,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		if err != nil {
 			return 0, err
 		}
+		if !registered || ci.Status == "INACTIVE" || r.Svc.Connected(ctx, ci.Cluster, ci.ID) {
+			r.heard(m.Value.ID)
+		}
 		switch {
 		case m.Value.Requested && m.Value.Handle == "" && !m.Value.Terminating && cp.Status != "INACTIVE":
 			// A daemon rollout asked for this replacement.
@@ -203,6 +238,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			// Registered but its session is not up yet: it takes tasks soon.
 			starting++
 			later(time.Second)
+		case !r.Svc.Connected(ctx, ci.Cluster, ci.ID) && r.silentFor(m.Value.ID, now) >= LostAfter:
+			r.Log.Warn("managed instance lost: its agent has no session", "instance", m.Value.ID, "container_instance", ci.ContainerInstanceArn, "silent_for", r.silentFor(m.Value.ID, now).Round(time.Second))
+			if err := r.terminate(ctx, m, registered, ci, "instance lost: agent silent"); err != nil {
+				return 0, err
+			}
+		case !r.Svc.Connected(ctx, ci.Cluster, ci.ID):
+			later(LostAfter - r.silentFor(m.Value.ID, now) + 100*time.Millisecond)
 		case ci.Status == "ACTIVE":
 			r.succeeded(name)
 			if err := r.scaleIn(ctx, cp, m, ci, now, later); err != nil {
@@ -388,9 +430,10 @@ func (r *Reconciler) terminate(ctx context.Context, m store.Item[control.Managed
 		}
 	}
 	if registered && ci.Status != "INACTIVE" {
-		if err := r.Svc.DeregisterDrained(ctx, ci.Cluster, ci.ID); err != nil {
+		if err := r.Svc.Retire(ctx, ci.Cluster, ci.ID, "Container instance retired: "+m.Value.Reason); err != nil {
 			return err
 		}
 	}
+	r.heard(m.Value.ID)
 	return r.Svc.ForgetManagedInstance(ctx, m)
 }
