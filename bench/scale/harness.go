@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
+	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/server"
 )
 
@@ -82,6 +83,7 @@ func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
 		AdminSecret:       "capstan-scale-secret",
 		Provisioner:       "sim",
 		SimProvisionDelay: o.provisionDelay,
+		NewSimProvisioner: simprov.Factory,
 		Log:               slogger,
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)

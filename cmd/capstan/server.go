@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/server"
 )
 
@@ -21,7 +22,7 @@ func defaultDataDir() string {
 
 func runServer(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("capstan server", flag.ContinueOnError)
-	cfg := server.Config{}
+	cfg := server.Config{NewSimProvisioner: simprov.Factory}
 	var endpoints, level string
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HOST:PORT of the ECS API")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory for the embedded etcd and server files")

@@ -34,7 +34,6 @@ import (
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/provision"
 	"github.com/capstanhq/capstan/internal/provision/local"
-	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/runtime/docker"
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -62,6 +61,10 @@ type Config struct {
 	Provisioner string
 	// SimProvisionDelay is how long a sim instance takes to boot.
 	SimProvisionDelay time.Duration
+	// NewSimProvisioner builds the sim provisioner. It is given by the
+	// program (cmd/capstan, bench/scale) rather than imported here: the sim
+	// provisioner embeds the agent, whose tests start servers.
+	NewSimProvisioner func(dir string, delay time.Duration, log *slog.Logger) (provision.Provisioner, error)
 	// AgentBinary is the capstan executable local instances run
 	// (default: this executable).
 	AgentBinary string
@@ -204,7 +207,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		prov = lp
 	}
 	if cfg.Provisioner == "sim" {
-		sp, err := simprov.New(simprov.Config{Dir: filepath.Join(cfg.DataDir, "sim-instances"), Delay: cfg.SimProvisionDelay, ServerLog: cfg.Log})
+		if cfg.NewSimProvisioner == nil {
+			st.Close()
+			ln.Close()
+			return nil, errors.New("--provisioner sim is not available in this program")
+		}
+		sp, err := cfg.NewSimProvisioner(filepath.Join(cfg.DataDir, "sim-instances"), cfg.SimProvisionDelay, cfg.Log)
 		if err != nil {
 			st.Close()
 			ln.Close()

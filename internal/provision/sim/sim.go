@@ -276,3 +276,9 @@ func (p *Provisioner) Close() error {
 	p.client.CloseIdleConnections()
 	return errors.Join(errs...)
 }
+
+// Factory is a sim provisioner in the form server.Config.NewSimProvisioner
+// takes.
+func Factory(dir string, delay time.Duration, log *slog.Logger) (provision.Provisioner, error) {
+	return New(Config{Dir: dir, Delay: delay, ServerLog: log})
+}

@@ -41,6 +41,7 @@ func TestHollowInstanceLifecycle(t *testing.T) {
 	srv := testenv.StartServerWith(t, func(c *server.Config) {
 		c.Provisioner = "sim"
 		c.SimProvisionDelay = 50 * time.Millisecond
+		c.NewSimProvisioner = simprov.Factory
 	})
 	prov, ok := srv.Provisioner.(*simprov.Provisioner)
 	if !ok {
