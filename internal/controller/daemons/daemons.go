@@ -33,7 +33,17 @@ func (r *Reconciler) Follows() []controller.Follow {
 	return []controller.Follow{
 		{Prefix: "daemons/", Keys: r.instancesOfCluster},
 		{Prefix: "tasks/", Keys: r.instanceOfTask},
+		// A rollout retargets placements of hand-started instances.
+		{Prefix: "daemonplacements/", Keys: instanceOfPlacement},
 	}
+}
+
+func instanceOfPlacement(_ context.Context, ch store.Change) []string {
+	parts := strings.Split(ch.Key, "/")
+	if len(parts) != 4 {
+		return nil
+	}
+	return []string{store.ContainerInstanceKey(parts[1], parts[2])}
 }
 
 func (r *Reconciler) instancesOfCluster(ctx context.Context, ch store.Change) []string {
