@@ -619,10 +619,14 @@ func (s *Service) deregister(ctx context.Context, req *shapes.DeregisterContaine
 		if _, err := tx.Commit(ctx); err != nil {
 			return err
 		}
+		// One write retired the instance and stopped its tasks: the record
+		// shows the instance out of service first, then apps, then daemons,
+		// so no moment reads as an app running without its daemon.
+		s.instanceChanged(ctx, ci)
+		slices.SortStableFunc(stopped, func(a, b store.Task) int { return boolInt(IsDaemonTask(a)) - boolInt(IsDaemonTask(b)) })
 		for _, t := range stopped {
 			s.taskChanged(ctx, t)
 		}
-		s.instanceChanged(ctx, ci)
 		out = ci
 		return nil
 	})
@@ -661,4 +665,11 @@ func (s *Service) DiscoverPollEndpoint(ctx context.Context, req *shapes.Discover
 		return nil, fmt.Errorf("no advertised endpoint configured")
 	}
 	return &shapes.DiscoverPollEndpointResponse{Endpoint: s.endpoint, TelemetryEndpoint: s.endpoint}, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -234,8 +234,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		case ci.Status == "REGISTERING":
 			starting++
 			later(time.Second)
-		case ci.Status == "ACTIVE" && !r.Svc.Connected(ctx, ci.Cluster, ci.ID) && now.Sub(m.Value.LaunchedAt) < RegisterTimeout:
-			// Registered but its session is not up yet: it takes tasks soon.
+		case ci.Status == "ACTIVE" && !r.Svc.Connected(ctx, ci.Cluster, ci.ID) && now.Sub(ci.RegisteredAt.Time) < LostAfter:
+			// Just registered, its session is not up yet: it takes tasks soon.
 			starting++
 			later(time.Second)
 		case !r.Svc.Connected(ctx, ci.Cluster, ci.ID) && r.silentFor(m.Value.ID, now) >= LostAfter:
