@@ -263,7 +263,7 @@ func loadAvg() string {
 // even when a step fails.
 func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", RolloutSeconds: -1,
-		DetectSeconds: -1, ReplaceSeconds: -1}
+		DetectSeconds: -1, ReplaceSeconds: -1, Invariants: []string{}}
 	if len(o.etcdEndpoints) > 0 {
 		rep.Etcd = strings.Join(o.etcdEndpoints, ",")
 	}
