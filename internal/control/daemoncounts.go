@@ -2,7 +2,10 @@ package control
 
 import (
 	"context"
+	"errors"
 	"slices"
+
+	"github.com/capstanhq/capstan/internal/api/shapes"
 
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -25,31 +28,30 @@ func (s *Service) DaemonCounts(ctx context.Context, cluster, daemon string, cpAr
 	for _, cp := range cpArns {
 		out[cp] = &DaemonCount{Running: map[string]int{}, Draining: map[string]int{}}
 	}
-	items, _, err := store.List[store.ContainerInstance](ctx, s.st, store.ContainerInstancePrefix(cluster), "", 0)
+	items, _, err := store.List[instanceProbe](ctx, s.st, store.ContainerInstancePrefix(cluster), "", 0)
 	if err != nil {
 		return nil, err
 	}
 	for _, it := range items {
 		ci := it.Value
-		if ci.Status == "INACTIVE" || ci.CapacityProviderName == "" {
+		if ci.Status == "INACTIVE" || ci.CP == "" {
 			continue
 		}
-		cpArn := s.arns.capacityProvider(ci.CapacityProviderName)
+		cpArn := s.arns.capacityProvider(ci.CP)
 		c, ok := out[cpArn]
 		if !ok || !slices.Contains(cpArns, cpArn) {
 			continue
 		}
 		c.Instances++
-		p, err := store.Get[DaemonPlacement](ctx, s.st, DaemonPlacementKey(cluster, ci.ID, daemon))
-		running := false
-		if err == nil && p.Value.TaskID != "" {
-			if t, err := store.Get[store.Task](ctx, s.st, store.TaskKey(cluster, p.Value.TaskID)); err == nil && t.Value.LastStatus == "RUNNING" {
-				running = true
-				if ci.Status == "DRAINING" {
-					c.Draining[p.Value.RevisionArn]++
-				} else {
-					c.Running[p.Value.RevisionArn]++
-				}
+		rev, running, err := s.daemonOn(ctx, cluster, ci.ID, daemon)
+		if err != nil {
+			return nil, err
+		}
+		if running {
+			if ci.Status == "DRAINING" {
+				c.Draining[rev]++
+			} else {
+				c.Running[rev]++
 			}
 		}
 		if !running && ci.Status == "ACTIVE" {
@@ -57,4 +59,41 @@ func (s *Service) DaemonCounts(ctx context.Context, cluster, daemon string, cpAr
 		}
 	}
 	return out, nil
+}
+
+// instanceProbe is what counts and rollouts read of an instance: decoding
+// only these fields keeps a fleet-wide pass cheap.
+type instanceProbe struct {
+	ID           string           `json:"capstanId"`
+	Arn          string           `json:"containerInstanceArn"`
+	Status       string           `json:"status"`
+	CP           string           `json:"capacityProviderName"`
+	RegisteredAt shapes.Timestamp `json:"registeredAt"`
+	AccessKeyID  string           `json:"capstanAccessKeyId"`
+}
+
+type taskStatusProbe struct {
+	LastStatus    string `json:"lastStatus"`
+	DesiredStatus string `json:"desiredStatus"`
+}
+
+// daemonOn is the revision of a daemon's placement on an instance ("" for
+// none) and whether its task runs that revision and is RUNNING.
+func (s *Service) daemonOn(ctx context.Context, cluster, instance, daemon string) (rev string, running bool, err error) {
+	p, err := store.Get[DaemonPlacement](ctx, s.st, DaemonPlacementKey(cluster, instance, daemon))
+	if errors.Is(err, store.ErrNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	rev = p.Value.RevisionArn
+	if p.Value.TaskID == "" || (p.Value.TaskRevisionArn != "" && p.Value.TaskRevisionArn != rev) {
+		return rev, false, nil
+	}
+	t, err := store.Get[taskStatusProbe](ctx, s.st, store.TaskKey(cluster, p.Value.TaskID))
+	if errors.Is(err, store.ErrNotFound) {
+		return rev, false, nil
+	}
+	return rev, err == nil && t.Value.LastStatus == "RUNNING" && t.Value.DesiredStatus == "RUNNING", err
 }

@@ -24,40 +24,38 @@ type rolloutFleet struct{ s *Service }
 // Managed reports whether Capstan provisioned the instance (through its
 // credential): such instances are replaced, never changed in place.
 func (s *Service) Managed(ctx context.Context, ci store.ContainerInstance) bool {
-	if ci.AccessKeyID == "" {
+	return s.managedKey(ctx, ci.AccessKeyID)
+}
+
+func (s *Service) managedKey(ctx context.Context, accessKeyID string) bool {
+	if accessKeyID == "" {
 		return false
 	}
-	c, err := store.Get[store.AgentCredential](ctx, s.st, store.CredentialKey(ci.AccessKeyID))
+	c, err := store.Get[struct {
+		Managed bool `json:"managed"`
+	}](ctx, s.st, store.CredentialKey(accessKeyID))
 	return err == nil && c.Value.Managed
 }
 
 func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment) ([]deployments.Instance, error) {
 	s := f.s
-	items, _, err := store.List[store.ContainerInstance](ctx, s.st, store.ContainerInstancePrefix(dep.Cluster), "", 0)
+	items, _, err := store.List[instanceProbe](ctx, s.st, store.ContainerInstancePrefix(dep.Cluster), "", 0)
 	if err != nil {
 		return nil, err
 	}
 	var out []deployments.Instance
 	for _, it := range items {
 		ci := it.Value
-		if ci.Status == "INACTIVE" || ci.CapacityProviderName == "" {
+		if ci.Status == "INACTIVE" || ci.CP == "" {
 			continue
 		}
-		cp := s.arns.capacityProvider(ci.CapacityProviderName)
+		cp := s.arns.capacityProvider(ci.CP)
 		if !slices.Contains(dep.CapacityProviderArns, cp) {
 			continue
 		}
-		in := deployments.Instance{ID: ci.ID, Arn: ci.ContainerInstanceArn, CapacityProvider: cp, Status: ci.Status,
-			RegisteredAt: ci.RegisteredAt.Time, Managed: s.Managed(ctx, ci), Connected: s.Connected(ctx, ci.Cluster, ci.ID)}
-		p, err := store.Get[DaemonPlacement](ctx, s.st, DaemonPlacementKey(dep.Cluster, ci.ID, dep.Daemon))
-		switch {
-		case err == nil:
-			in.Revision = p.Value.RevisionArn
-			if p.Value.TaskID != "" && (p.Value.TaskRevisionArn == "" || p.Value.TaskRevisionArn == p.Value.RevisionArn) {
-				t, err := store.Get[store.Task](ctx, s.st, store.TaskKey(dep.Cluster, p.Value.TaskID))
-				in.Running = err == nil && t.Value.LastStatus == "RUNNING" && t.Value.DesiredStatus == "RUNNING"
-			}
-		case !errors.Is(err, store.ErrNotFound):
+		in := deployments.Instance{ID: ci.ID, Arn: ci.Arn, CapacityProvider: cp, Status: ci.Status,
+			RegisteredAt: ci.RegisteredAt.Time, Managed: s.managedKey(ctx, ci.AccessKeyID), Connected: s.Connected(ctx, dep.Cluster, ci.ID)}
+		if in.Revision, in.Running, err = s.daemonOn(ctx, dep.Cluster, ci.ID, dep.Daemon); err != nil {
 			return nil, err
 		}
 		out = append(out, in)

@@ -138,6 +138,9 @@ type Rollout struct {
 	BatchSize int `json:"batchSize,omitempty"`
 	// Replacing is the current batch.
 	Replacing []Replacement `json:"replacing,omitempty"`
+	// Filling is how many more instances the current batch still takes:
+	// a big batch begins over several writes.
+	Filling int `json:"filling,omitempty"`
 	// OnTarget is how many instances ran the target at the last look.
 	OnTarget int `json:"onTarget,omitempty"`
 	// RollbackFailures counts failed starts of the rollback target.

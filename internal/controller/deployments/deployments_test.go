@@ -1,6 +1,7 @@
 package deployments
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -220,5 +221,40 @@ func TestBreakerThreshold(t *testing.T) {
 		if got := BreakerThreshold(n); got != want {
 			t.Errorf("BreakerThreshold(%d) = %d, want %d", n, got, want)
 		}
+	}
+}
+
+func TestBigBatchBeginsOverSeveralWrites(t *testing.T) {
+	dep := deployment("IN_PROGRESS")
+	dep.Rollout.BatchSize = 60
+	inst := fleet(100, revO, true)
+	for i := range inst {
+		inst[i].ID, inst[i].Arn = fmt.Sprintf("i%03d", i), fmt.Sprintf("arn:ci/i%03d", i)
+	}
+	d := Plan(dep, World{Current: true, Instances: inst, Now: t0})
+	if len(d.Start) != MaxStarts || d.Dep.Rollout.Filling != 60-MaxStarts {
+		t.Fatalf("first write: %d starts, filling %d", len(d.Start), d.Dep.Rollout.Filling)
+	}
+	// The reconciler records the entries and their instances drain.
+	started := map[string]bool{}
+	total := 0
+	for len(d.Start) > 0 {
+		for _, s := range d.Start {
+			if started[s.Instance.ID] {
+				t.Fatalf("%s started twice", s.Instance.ID)
+			}
+			started[s.Instance.ID] = true
+			d.Dep.Rollout.Replacing = append(d.Dep.Rollout.Replacing, store.Replacement{Instance: s.Instance.ID, ManagedInstance: "mi-" + s.Instance.ID})
+			for i := range inst {
+				if inst[i].ID == s.Instance.ID {
+					inst[i].Status = "DRAINING"
+				}
+			}
+		}
+		total += len(d.Start)
+		d = Plan(d.Dep, World{Current: true, Instances: inst, Now: t0, Replacements: map[string]string{}})
+	}
+	if total != 60 || d.Dep.Rollout.Filling != 0 {
+		t.Fatalf("batch of %d, filling %d", total, d.Dep.Rollout.Filling)
 	}
 }

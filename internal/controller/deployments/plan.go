@@ -83,6 +83,11 @@ type Start struct {
 // status says why.
 const StallAfter = 20 * time.Second
 
+// MaxStarts bounds the instances one write begins replacing: a batch of
+// thousands goes in several writes (an etcd transaction holds 128
+// operations by default).
+const MaxStarts = 25
+
 // Poll is how often an in-flight rollout looks at the fleet.
 const Poll = time.Second
 
@@ -318,7 +323,10 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 		}
 	}
 
-	if len(ro.Replacing) == 0 && len(candidates) > 0 {
+	if len(ro.Replacing) == 0 {
+		ro.Filling = 0 // the batch is done: a new one may begin
+	}
+	if (len(ro.Replacing) == 0 || ro.Filling > 0) && len(candidates) > 0 {
 		sort.Slice(candidates, func(i, j int) bool {
 			a, b := candidates[i], candidates[j]
 			if !a.RegisteredAt.Equal(b.RegisteredAt) {
@@ -326,18 +334,31 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 			}
 			return a.Arn < b.Arn
 		})
-		// Instances already draining (an earlier deployment's batch, a
-		// scale-in) take room in the batch; ones that never served do not.
-		size, room := max(ro.BatchSize, 1), max(ro.BatchSize, 1)-drainingN
+		budget, room := ro.Filling, ro.Filling
+		if len(ro.Replacing) == 0 {
+			// Instances already draining (an earlier deployment's batch, a
+			// scale-in) take room in the batch; ones that never served do not.
+			budget = max(ro.BatchSize, 1)
+			room = budget - drainingN
+		}
+		exhausted := true
 		for _, in := range candidates {
 			retire := in.Managed && in.Status == "REGISTERING"
-			if len(d.Start) == size || (!retire && room <= 0) {
+			if len(d.Start) == budget || (!retire && room <= 0) {
 				continue
+			}
+			if len(d.Start) == MaxStarts {
+				exhausted = false // the rest of the batch goes in the next write
+				break
 			}
 			if !retire {
 				room--
 			}
 			d.Start = append(d.Start, Start{Instance: in, InPlace: !in.Managed, Retire: retire, Target: target})
+		}
+		ro.Filling = 0
+		if !exhausted {
+			ro.Filling = budget - len(d.Start)
 		}
 		d.Changed = d.Changed || len(d.Start) > 0
 	}
@@ -346,7 +367,7 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 }
 
 func sameRollout(a, b store.Rollout) bool {
-	return slices.Equal(a.Replacing, b.Replacing) && a.Replaced == b.Replaced && a.OnTarget == b.OnTarget &&
+	return slices.Equal(a.Replacing, b.Replacing) && a.Replaced == b.Replaced && a.OnTarget == b.OnTarget && a.Filling == b.Filling &&
 		a.LastProgressAt.Equal(b.LastProgressAt) && a.AlarmError == b.AlarmError && (a.Stalled == nil) == (b.Stalled == nil)
 }
 
