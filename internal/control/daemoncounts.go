@@ -28,6 +28,10 @@ func (s *Service) DaemonCounts(ctx context.Context, cluster, daemon string, cpAr
 	for _, cp := range cpArns {
 		out[cp] = &DaemonCount{Running: map[string]int{}, Draining: map[string]int{}}
 	}
+	ctx, err := s.st.ReadOnly(ctx)
+	if err != nil {
+		return nil, err
+	}
 	items, _, err := store.List[instanceProbe](ctx, s.st, store.ContainerInstancePrefix(cluster), "", 0)
 	if err != nil {
 		return nil, err

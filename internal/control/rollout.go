@@ -39,6 +39,10 @@ func (s *Service) managedKey(ctx context.Context, accessKeyID string) bool {
 
 func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment) ([]deployments.Instance, error) {
 	s := f.s
+	ctx, err := s.st.ReadOnly(ctx)
+	if err != nil {
+		return nil, err
+	}
 	items, _, err := store.List[instanceProbe](ctx, s.st, store.ContainerInstancePrefix(dep.Cluster), "", 0)
 	if err != nil {
 		return nil, err
@@ -321,6 +325,14 @@ func (s *Service) DescribeDaemonRollout(ctx context.Context, req *DescribeDaemon
 		out.Stalled = &RolloutStall{Kind: st.Kind, Message: st.Message, Since: shapes.At(st.Since)}
 	}
 	if !deployments.InFlight(dep.Status) {
+		// As it ended: the counts the deployment kept.
+		if t := dep.TargetDaemonRevision; t != nil {
+			for _, cp := range t.CapacityProviders {
+				run, drain, without := int(deref(cp.RunningInstanceCount)), int(deref(cp.DrainingInstanceCount)), int(deref(cp.WithoutDaemonInstanceCount))
+				out.CapacityProviders = append(out.CapacityProviders, RolloutCapacityProvider{Arn: cp.Arn, Name: lastPart(cp.Arn),
+					Instances: run + drain + without, OnTarget: run, Draining: drain, Remaining: without})
+			}
+		}
 		return out, nil
 	}
 	insts, err := rolloutFleet{s}.Instances(ctx, dep)
@@ -379,4 +391,11 @@ func cpOfInstance(insts []deployments.Instance, id string) string {
 		}
 	}
 	return ""
+}
+
+func deref(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

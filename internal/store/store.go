@@ -116,7 +116,24 @@ func (s *Store) Revision() int64 { return s.cache.revision() }
 
 // sync waits until the cache reflects every write this process committed.
 func (s *Store) sync(ctx context.Context) error {
+	if ctx.Value(syncedKey{s}) != nil {
+		return nil
+	}
 	return s.cache.waitFor(ctx, s.lastWrite.Load())
+}
+
+type syncedKey struct{ s *Store }
+
+// ReadOnly waits once for this process's writes to reach the cache and
+// returns a context whose reads skip that wait. For read-only passes over
+// many keys: while controllers write, each read would otherwise wait for
+// the latest write again. Writes must not use it (a retry would not see
+// its own conflict resolved).
+func (s *Store) ReadOnly(ctx context.Context) (context.Context, error) {
+	if err := s.sync(ctx); err != nil {
+		return ctx, err
+	}
+	return context.WithValue(ctx, syncedKey{s}, true), nil
 }
 
 // Item is a decoded value with its key and modification revision.
