@@ -232,7 +232,7 @@ func TestBigBatchBeginsOverSeveralWrites(t *testing.T) {
 		inst[i].ID, inst[i].Arn = fmt.Sprintf("i%03d", i), fmt.Sprintf("arn:ci/i%03d", i)
 	}
 	d := Plan(dep, World{Current: true, Instances: inst, Now: t0})
-	if len(d.Start) != MaxStarts || d.Dep.Rollout.Filling != 60-MaxStarts {
+	if len(d.Start) != MaxStartOps/3 || d.Dep.Rollout.Filling != 60-MaxStartOps/3 {
 		t.Fatalf("first write: %d starts, filling %d", len(d.Start), d.Dep.Rollout.Filling)
 	}
 	// The reconciler records the entries and their instances drain.

@@ -83,10 +83,19 @@ type Start struct {
 // status says why.
 const StallAfter = 20 * time.Second
 
-// MaxStarts bounds the instances one write begins replacing: a batch of
-// thousands goes in several writes (an etcd transaction holds 128
-// operations by default).
-const MaxStarts = 25
+// MaxStartOps bounds the operations of the instances one write begins
+// replacing, so a batch of thousands goes in several writes (an etcd
+// transaction holds 128 operations by default; the deployment record and
+// slack take the rest). A replacement costs 3 (the drain, the launch
+// request and its credential), an in-place change or a retirement 1.
+const MaxStartOps = 120
+
+func startOps(s Start) int {
+	if s.InPlace || s.Retire {
+		return 1
+	}
+	return 3
+}
 
 // Poll is how often an in-flight rollout looks at the fleet.
 const Poll = time.Second
@@ -341,20 +350,22 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 			budget = max(ro.BatchSize, 1)
 			room = budget - drainingN
 		}
-		exhausted := true
+		exhausted, ops := true, 0
 		for _, in := range candidates {
 			retire := in.Managed && in.Status == "REGISTERING"
 			if len(d.Start) == budget || (!retire && room <= 0) {
 				continue
 			}
-			if len(d.Start) == MaxStarts {
+			st := Start{Instance: in, InPlace: !in.Managed, Retire: retire, Target: target}
+			if ops+startOps(st) > MaxStartOps {
 				exhausted = false // the rest of the batch goes in the next write
 				break
 			}
+			ops += startOps(st)
 			if !retire {
 				room--
 			}
-			d.Start = append(d.Start, Start{Instance: in, InPlace: !in.Managed, Retire: retire, Target: target})
+			d.Start = append(d.Start, st)
 		}
 		ro.Filling = 0
 		if !exhausted {
