@@ -43,9 +43,12 @@ func startEmbedded(ctx context.Context, dir string) (*embedded, *clientv3.Client
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	// Keep one hour of history: enough for watchers to resume after a pause.
+	// Keep ten minutes of history: enough for a watch to resume after a
+	// pause (a cache further behind reloads). An hour held every write of a
+	// busy fleet: at 5,000 instances the database grew by 600 MiB in 12
+	// minutes, on its way to etcd's 2 GiB quota, past which it refuses writes.
 	cfg.AutoCompactionMode = "periodic"
-	cfg.AutoCompactionRetention = "1h"
+	cfg.AutoCompactionRetention = "10m"
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start embedded etcd: %w", err)
