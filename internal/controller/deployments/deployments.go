@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/alarms"
-	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/events"
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -232,8 +231,6 @@ func specOf(rev store.DaemonRevision) store.DaemonSpec {
 	}
 	return sp
 }
-
-var _ = shapes.At
 
 // BatchSize is how many of n instances a batch replaces: drainPercent of
 // them rounded up, at least 1 (and 1 for a drainPercent of 0).
