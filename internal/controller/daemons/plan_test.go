@@ -51,6 +51,12 @@ func TestPlan(t *testing.T) {
 			[]string{"forget:m", "deregister:"}},
 		{"daemon no longer wanted stops", Input{Status: "ACTIVE", Daemons: []Daemon{func() Daemon { d := run; d.Wanted = false; return d }()}}, []string{"stop:m"}},
 		{"unwanted and stopped is forgotten", Input{Status: "ACTIVE", Daemons: []Daemon{func() Daemon { d := run; d.Wanted, d.TaskLast = false, "STOPPED"; return d }()}}, []string{"forget:m"}},
+		{"managed instance keeps a daemon no longer wanted until replaced", Input{Status: "ACTIVE", Managed: true, Daemons: []Daemon{func() Daemon { d := run; d.Wanted = false; return d }()}}, nil},
+		{"managed instance gets no daemon added while it serves", Input{Status: "ACTIVE", Managed: true, Daemons: []Daemon{{Name: "m", Critical: true, RevisionArn: "r2", Wanted: true}}}, nil},
+		{"managed instance still registering gets it", Input{Status: "REGISTERING", Managed: true, Daemons: []Daemon{{Name: "m", Critical: true, RevisionArn: "r2", Wanted: true}}}, []string{"start:m"}},
+		{"managed draining instance stops an unwanted daemon last", Input{Status: "DRAINING", Managed: true, LiveDaemonTasks: 1, Daemons: []Daemon{func() Daemon { d := run; d.Wanted = false; return d }()}}, []string{"stop:m"}},
+		{"in-place retarget stops the old revision's task", Input{Status: "ACTIVE", Now: now, Daemons: []Daemon{func() Daemon { d := run; d.TaskRev, d.PlacedRev = "r1", "r2"; return d }()}}, []string{"stop:m"}},
+		{"in-place retarget starts the new revision, no failure counted", Input{Status: "ACTIVE", Now: now, Daemons: []Daemon{func() Daemon { d := run; d.TaskRev, d.PlacedRev, d.TaskLast = "r1", "r2", "STOPPED"; return d }()}}, []string{"start:m"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
