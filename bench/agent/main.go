@@ -25,10 +25,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -37,10 +34,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,6 +53,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/capstanhq/capstan/bench/internal/benchkit"
 	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/runtime/docker"
 	"github.com/capstanhq/capstan/internal/server"
@@ -105,22 +101,7 @@ type options struct {
 	rawShares   int64
 }
 
-func main() {
-	o, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench/agent:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/agent:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchkit.Main("agent", parseFlags, run) }
 
 // envList collects repeated -agent-env KEY=VALUE flags.
 type envList []string
@@ -385,7 +366,7 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	url := "http://" + srv.Addr
 	b.ecs = newECSClient(url, srvCfg.AdminKeyID, srvCfg.AdminSecret)
 
-	b.cluster = "bench-agent-" + randomID(6)
+	b.cluster = "bench-agent-" + benchkit.RandomID(6)
 	rep.Cluster = b.cluster
 	// Whatever happens from here, the cluster's containers go.
 	defer b.removeAll(context.WithoutCancel(ctx))
@@ -465,16 +446,12 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 		rep.Footprints = append(rep.Footprints, fp)
 	}
 
-	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
 	rep.Notes = notes(rep)
 	fmt.Fprintln(stdout)
 	printTable(stdout, rep)
 	if o.jsonOut != "" {
-		bs, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(o.jsonOut, append(bs, '\n'), 0o644); err != nil {
+		if err := benchkit.WriteJSON(o.jsonOut, rep); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "\nwrote %s\n", o.jsonOut)
@@ -498,31 +475,9 @@ func newECSClient(url, key, secret string) *ecs.Client {
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(url),
 		Credentials:  credentials.NewStaticCredentialsProvider(key, secret, ""),
-		HTTPClient:   inMemoryBody{hc},
+		HTTPClient:   benchkit.InMemoryBody{Next: hc},
 		Retryer:      aws.NopRetryer{},
 	})
-}
-
-// inMemoryBody hands net/http the request body as a bytes.Reader, so it
-// buffers the request rather than streaming it. With smithy-go's own body,
-// a server that answers before net/http's final read of the body makes the
-// transport drop the connection and redial, which would land inside a
-// sample (bench/api describes the race at length).
-type inMemoryBody struct{ next ecs.HTTPClient }
-
-func (c inMemoryBody) Do(req *http.Request) (*http.Response, error) {
-	if req.Body == nil || req.Body == http.NoBody {
-		return c.next.Do(req)
-	}
-	b, err := io.ReadAll(req.Body)
-	if err != nil {
-		return nil, fmt.Errorf("buffer request body: %w", err)
-	}
-	r := req.Clone(req.Context())
-	r.Body = io.NopCloser(bytes.NewReader(b))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
-	r.ContentLength = int64(len(b))
-	return c.next.Do(r)
 }
 
 func (b *bench) setupCluster(ctx context.Context) error {
@@ -766,7 +721,7 @@ func (b *bench) footprint(ctx context.Context, phase string, tasks int, goal flo
 				break
 			}
 		}
-		if err := sleep(ctx, every); err != nil {
+		if err := benchkit.Sleep(ctx, every); err != nil {
 			return fp, err
 		}
 	}
@@ -779,7 +734,7 @@ func (b *bench) footprint(ctx context.Context, phase string, tasks int, goal flo
 	self0, t0 := processCPU(), time.Now()
 	maxRSS := first.rss
 	for time.Since(t0) < b.o.window {
-		if err := sleep(ctx, every); err != nil {
+		if err := benchkit.Sleep(ctx, every); err != nil {
 			return fp, err
 		}
 		if err := b.agent.alive(); err != nil {
@@ -862,7 +817,7 @@ func (b *bench) waitAll(ctx context.Context, arns []string, status string, timeo
 		}
 		pending = still
 		if len(pending) > 0 {
-			if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			if err := benchkit.Sleep(ctx, 50*time.Millisecond); err != nil {
 				return fmt.Errorf("%d tasks not %s after %s: %w", len(pending), status, timeout, err)
 			}
 		}
@@ -930,7 +885,7 @@ func isNotFound(err error) bool { return cerrdefs.IsNotFound(err) }
 // --- latency ---
 
 func (b *bench) latency(ctx context.Context) (*Latency, error) {
-	lat := &Latency{Samples: b.o.n, Warmup: b.o.warmup, PollMs: ms(b.o.poll), Goal: goalRatio}
+	lat := &Latency{Samples: b.o.n, Warmup: b.o.warmup, PollMs: benchkit.Ms(b.o.poll), Goal: goalRatio}
 	var capstan, raw []Sample
 	var describe []time.Duration
 	total := b.o.warmup + b.o.n
@@ -956,7 +911,7 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 			if err != nil {
 				return nil, err
 			}
-			if err := sleep(ctx, b.o.gap); err != nil {
+			if err := benchkit.Sleep(ctx, b.o.gap); err != nil {
 				return nil, err
 			}
 		}
@@ -985,7 +940,7 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	lat.DockerStages["start call"] = dist(totals(raw, func(s Sample) float64 { return s.StartCall }))
 	d := make([]float64, len(describe))
 	for i, x := range describe {
-		d[i] = ms(x)
+		d[i] = benchkit.Ms(x)
 	}
 	lat.DescribeCall = dist(d)
 	return lat, nil
@@ -1025,7 +980,7 @@ func (b *bench) capstanSample(ctx context.Context) (Sample, []time.Duration, err
 	if err != nil {
 		return s, nil, fmt.Errorf("RunTask: %w", err)
 	}
-	s.Call = ms(time.Since(t0))
+	s.Call = benchkit.Ms(time.Since(t0))
 	if len(out.Tasks) != 1 {
 		return s, nil, fmt.Errorf("RunTask: no task, failures %+v", out.Failures)
 	}
@@ -1046,7 +1001,7 @@ func (b *bench) capstanSample(ctx context.Context) (Sample, []time.Duration, err
 		}
 		task = d.Tasks[0]
 		if st := aws.ToString(task.LastStatus); st == "RUNNING" {
-			s.Total = ms(now.Sub(t0))
+			s.Total = benchkit.Ms(now.Sub(t0))
 			break
 		} else if st == "STOPPED" {
 			return s, calls, fmt.Errorf("task %s stopped before RUNNING: %s", arn, stopReason(task))
@@ -1054,7 +1009,7 @@ func (b *bench) capstanSample(ctx context.Context) (Sample, []time.Duration, err
 		if err := b.agent.alive(); err != nil {
 			return s, calls, err
 		}
-		if err := sleep(ctx, b.o.poll); err != nil {
+		if err := benchkit.Sleep(ctx, b.o.poll); err != nil {
 			return s, calls, fmt.Errorf("task %s not RUNNING after %s: %w", arn, callTimeout, err)
 		}
 	}
@@ -1091,7 +1046,7 @@ func (b *bench) rawSample(ctx context.Context) (Sample, error) {
 	t1 := time.Now()
 	_, err = b.dc.ContainerStart(ctx, res.ID, client.ContainerStartOptions{})
 	t2 := time.Now()
-	s.Call, s.StartCall, s.Total = ms(t1.Sub(t0)), ms(t2.Sub(t1)), ms(t2.Sub(t0))
+	s.Call, s.StartCall, s.Total = benchkit.Ms(t1.Sub(t0)), benchkit.Ms(t2.Sub(t1)), benchkit.Ms(t2.Sub(t0))
 	if err == nil {
 		err = b.engineTimes(ctx, res.ID, t0, &s)
 	}
@@ -1122,7 +1077,7 @@ func (b *bench) engineTimes(ctx context.Context, id string, t0 time.Time, s *Sam
 	if err != nil {
 		return fmt.Errorf("inspect %s: startedAt: %w", id, err)
 	}
-	s.Created, s.Started = ms(created.Sub(t0)), ms(started.Sub(t0))
+	s.Created, s.Started = benchkit.Ms(created.Sub(t0)), benchkit.Ms(started.Sub(t0))
 	return nil
 }
 
@@ -1138,13 +1093,7 @@ func dist(xs []float64) Dist {
 	for _, x := range s {
 		sum += x
 	}
-	return Dist{N: len(s), Min: s[0], P50: pct(s, 0.5), P90: pct(s, 0.9), Max: s[len(s)-1], Mean: sum / float64(len(s))}
-}
-
-// pct is the nearest-rank percentile of sorted samples.
-func pct(sorted []float64, p float64) float64 {
-	i := int(float64(len(sorted))*p+0.999999) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
+	return Dist{N: len(s), Min: s[0], P50: benchkit.Pct(s, 0.5), P90: benchkit.Pct(s, 0.9), Max: s[len(s)-1], Mean: sum / float64(len(s))}
 }
 
 func notes(rep *Report) []string {
@@ -1239,15 +1188,8 @@ func verdict(met bool) string {
 
 func machine(ctx context.Context, dc *client.Client) (Machine, error) {
 	m := Machine{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
-		GoVersion: runtime.Version(), LoadAvgStart: loadAvg()}
-	if bs, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.Lines(string(bs)) {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
+		GoVersion: runtime.Version(), LoadAvgStart: benchkit.LoadAvg()}
+	m.CPUModel = benchkit.CPUModel()
 	if bs, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for line := range strings.Lines(string(bs)) {
 			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
@@ -1256,13 +1198,7 @@ func machine(ctx context.Context, dc *client.Client) (Machine, error) {
 			}
 		}
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				m.Revision = s.Value
-			}
-		}
-	}
+	m.Revision = benchkit.VCSRevision()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	v, err := dc.ServerVersion(ctx, client.ServerVersionOptions{})
@@ -1278,15 +1214,6 @@ func machine(ctx context.Context, dc *client.Client) (Machine, error) {
 	m.Kernel = info.Info.KernelVersion
 	m.Containers = info.Info.Containers
 	return m, nil
-}
-
-func loadAvg() string {
-	bs, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(bs))
-	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 // processCPU is the user and system CPU time of this process so far.
@@ -1317,27 +1244,4 @@ func tail(path string, n int) string {
 	}
 	lines := strings.Split(strings.TrimRight(string(bs), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func randomID(n int) string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	bs := make([]byte, n)
-	rand.Read(bs)
-	for i := range bs {
-		bs[i] = alphabet[int(bs[i])%len(alphabet)]
-	}
-	return string(bs)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -8,10 +8,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,7 +19,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"sort"
@@ -41,6 +37,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/capstanhq/capstan/bench/internal/benchkit"
 	"github.com/capstanhq/capstan/internal/server"
 )
 
@@ -198,7 +195,7 @@ func (t *target) newClients(n, maxConns int, rawBody bool) []*ecs.Client {
 		}
 	})
 	if !rawBody {
-		httpClient = inMemoryBody{httpClient}
+		httpClient = benchkit.InMemoryBody{Next: httpClient}
 	}
 	out := make([]*ecs.Client, n)
 	for i := range out {
@@ -216,33 +213,6 @@ func (t *target) newClients(n, maxConns int, rawBody bool) []*ecs.Client {
 // dials counts TCP connections opened by the benchmark clients.
 var dials atomic.Int64
 
-// inMemoryBody hands net/http the request body as a bytes.Reader.
-//
-// smithy-go closes the request body as soon as response headers arrive,
-// and its closed body answers WriteTo with io.EOF. net/http streams a body
-// it does not know to be in memory straight to the socket, then reads it
-// once more to check for extra bytes; when the server answered first that
-// read fails, the transport closes the connection under the response
-// still being read ("use of closed network connection") and redials. With
-// a bytes.Reader net/http buffers the request and the race cannot happen.
-// -raw-sdk-body turns this off to show the effect.
-type inMemoryBody struct{ next ecs.HTTPClient }
-
-func (c inMemoryBody) Do(req *http.Request) (*http.Response, error) {
-	if req.Body == nil || req.Body == http.NoBody {
-		return c.next.Do(req)
-	}
-	b, err := io.ReadAll(req.Body)
-	if err != nil {
-		return nil, fmt.Errorf("buffer request body: %w", err)
-	}
-	r := req.Clone(req.Context())
-	r.Body = io.NopCloser(bytes.NewReader(b))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
-	r.ContentLength = int64(len(b))
-	return c.next.Do(r)
-}
-
 // fixture is what the scenarios run against.
 type fixture struct {
 	cluster   string // ARN
@@ -255,7 +225,7 @@ type fixture struct {
 
 func setup(ctx context.Context, c *ecs.Client, clients []*ecs.Client, n int) (*fixture, error) {
 	start := time.Now()
-	f := &fixture{runID: randomID(6)}
+	f := &fixture{runID: benchkit.RandomID(6)}
 	cl, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("bench-" + f.runID)})
 	if err != nil {
 		return nil, fmt.Errorf("create cluster: %w", err)
@@ -359,7 +329,7 @@ func waitDeployments(ctx context.Context, c *ecs.Client, arns []string) error {
 		}
 		pending = still
 		if len(pending) > 0 {
-			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			if err := benchkit.Sleep(ctx, 100*time.Millisecond); err != nil {
 				return fmt.Errorf("wait for %d deployments: %w", len(pending), err)
 			}
 		}
@@ -398,7 +368,7 @@ func settle(ctx context.Context, c *ecs.Client, f *fixture, timeout time.Duratio
 		if n <= len(f.daemons) {
 			return time.Since(start), nil
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := benchkit.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return time.Since(start), fmt.Errorf("settle: %d daemons still listed, want %d: %w", n, len(f.daemons), err)
 		}
 	}
@@ -552,9 +522,9 @@ func runScenario(ctx context.Context, clients []*ecs.Client, warmup, duration ti
 		}
 		row.Requests = len(s.lat) + row.Errors
 		row.Throughput = float64(row.Requests) / elapsed.Seconds()
-		row.P50, row.P90, row.P99 = ms(pct(s.lat, 0.50)), ms(pct(s.lat, 0.90)), ms(pct(s.lat, 0.99))
+		row.P50, row.P90, row.P99 = benchkit.Ms(benchkit.Pct(s.lat, 0.50)), benchkit.Ms(benchkit.Pct(s.lat, 0.90)), benchkit.Ms(benchkit.Pct(s.lat, 0.99))
 		if len(s.lat) > 0 {
-			row.Max = ms(s.lat[len(s.lat)-1])
+			row.Max = benchkit.Ms(s.lat[len(s.lat)-1])
 		}
 		rows = append(rows, row)
 	}
@@ -563,15 +533,6 @@ func runScenario(ctx context.Context, clients []*ecs.Client, warmup, duration ti
 
 func opRank(op string) int {
 	return slices.Index([]string{opDescribe, opList, opPair, opCreate, opDelete}, op)
-}
-
-// pct is the nearest-rank percentile of sorted samples.
-func pct(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(float64(len(sorted))*p+0.999999) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
 // processCPU is the user and system CPU time of this process so far.
@@ -603,8 +564,6 @@ func hostBusyCPU() time.Duration {
 	}
 	return time.Duration(busy) * time.Second / 100 // USER_HZ
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func describeWorkload(f *fixture) workload {
 	return func(ctx context.Context, _, _ int, c *ecs.Client, r *recorder) {
@@ -781,16 +740,12 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 		}
 	}
 	rep.GoalChecks = goalChecks(rep.Rows)
-	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
 
 	fmt.Fprintln(stdout)
 	printTable(stdout, rep)
 	if o.jsonOut != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(o.jsonOut, append(b, '\n'), 0o644); err != nil {
+		if err := benchkit.WriteJSON(o.jsonOut, rep); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "\nwrote %s\n", o.jsonOut)
@@ -801,13 +756,13 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 func goalChecks(rows []Row) []GoalCheck {
 	var out []GoalCheck
 	for _, op := range []string{opDescribe, opList} {
-		g := GoalCheck{Operation: op, Clients: goalClients, LimitMs: ms(goalP99)}
+		g := GoalCheck{Operation: op, Clients: goalClients, LimitMs: benchkit.Ms(goalP99)}
 		for _, r := range rows {
 			if r.Operation == op && r.Clients == goalClients {
 				p99 := r.P99
 				// Errors count against the goal: a run that failed requests
 				// has not shown the latency it claims.
-				met := r.P99 <= ms(goalP99) && r.Errors == 0 && r.Requests > 0
+				met := r.P99 <= benchkit.Ms(goalP99) && r.Errors == 0 && r.Requests > 0
 				g.P99Ms, g.Met, g.Errors = &p99, &met, r.Errors
 			}
 		}
@@ -896,51 +851,7 @@ func writeProfile(name, path string) {
 func machine() Machine {
 	m := Machine{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, GOMAXPROCS: runtime.GOMAXPROCS(0),
 		NumCPU: runtime.NumCPU(), GoVersion: runtime.Version()}
-	m.LoadAvgStart = loadAvg()
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.Lines(string(b)) {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				m.Revision = s.Value
-			}
-		}
-	}
+	m.LoadAvgStart = benchkit.LoadAvg()
+	m.CPUModel, m.Revision = benchkit.CPUModel(), benchkit.VCSRevision()
 	return m
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
-}
-
-func randomID(n int) string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, n)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

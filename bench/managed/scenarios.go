@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
+	"github.com/capstanhq/capstan/bench/internal/benchkit"
 	"github.com/capstanhq/capstan/internal/coverage"
 )
 
@@ -77,14 +78,14 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // coldStarts is scenario 1.
 func (b *bench) coldStarts(ctx context.Context) (*Cold, error) {
-	cluster, err := b.cluster(ctx, "bench-cold")
+	cluster, err := b.Cluster(ctx, "bench-cold")
 	if err != nil {
 		return nil, err
 	}
 	c := &Cold{Cluster: cluster, Stages: map[string]Dist{}}
 	h := coverage.NewHistory()
 	b.histories = append(b.histories, h)
-	td, err := b.taskDefinition(ctx, "job", 64)
+	td, err := b.TaskDefinition(ctx, "job", 64)
 	if err != nil {
 		return c, err
 	}
@@ -99,7 +100,7 @@ func (b *bench) coldStarts(ctx context.Context) (*Cold, error) {
 		}
 		apps = append(apps, app)
 		c.Samples = append(c.Samples, s)
-		fmt.Fprintf(b.out, "cold start %d: %.2f s (provision %.2f, daemon %.2f, app %.2f)\n", i, s.Total, s.Provision, s.DaemonStart, s.AppStart)
+		fmt.Fprintf(b.Out, "cold start %d: %.2f s (provision %.2f, daemon %.2f, app %.2f)\n", i, s.Total, s.Provision, s.DaemonStart, s.AppStart)
 	}
 	for _, st := range coldStages {
 		var xs []float64
@@ -112,7 +113,7 @@ func (b *bench) coldStarts(ctx context.Context) (*Cold, error) {
 	// load the machine during the coverage scenarios.
 	t0 := time.Now()
 	for _, app := range apps {
-		if _, err := b.c.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String(cluster), Task: aws.String(app)}); err != nil {
+		if _, err := b.C.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String(cluster), Task: aws.String(app)}); err != nil {
 			return c, err
 		}
 	}
@@ -120,13 +121,13 @@ func (b *bench) coldStarts(ctx context.Context) (*Cold, error) {
 	for _, s := range c.Samples {
 		insts = append(insts, s.Instance)
 	}
-	if _, err := b.c.UpdateContainerInstancesState(ctx, &ecs.UpdateContainerInstancesStateInput{Cluster: aws.String(cluster),
+	if _, err := b.C.UpdateContainerInstancesState(ctx, &ecs.UpdateContainerInstancesStateInput{Cluster: aws.String(cluster),
 		ContainerInstances: insts, Status: types.ContainerInstanceStatusDraining}); err != nil {
 		return c, err
 	}
-	err = b.until(ctx, 90*time.Second, "cold-start instances retired", func(ctx context.Context) (bool, error) {
+	err = b.Until(ctx, 90*time.Second, "cold-start instances retired", func(ctx context.Context) (bool, error) {
 		for _, arn := range insts {
-			ci, err := b.instance(ctx, cluster, arn)
+			ci, err := b.Instance(ctx, cluster, arn)
 			if err != nil || aws.ToString(ci.Status) != "INACTIVE" {
 				return false, err
 			}
@@ -137,7 +138,7 @@ func (b *bench) coldStarts(ctx context.Context) (*Cold, error) {
 	if err != nil {
 		return c, err
 	}
-	if err := sleep(ctx, b.o.settle); err != nil {
+	if err := benchkit.Sleep(ctx, b.o.settle); err != nil {
 		return c, err
 	}
 	for _, s := range c.Samples {
@@ -147,7 +148,7 @@ func (b *bench) coldStarts(ctx context.Context) (*Cold, error) {
 		}
 		c.Orphans = append(c.Orphans, o...)
 	}
-	if err := h.Fetch(ctx, b.ev, cluster); err != nil {
+	if err := h.Fetch(ctx, b.Ev, cluster); err != nil {
 		return c, err
 	}
 	c.Gaps = h.Gaps(daemons, from, time.Now(), coverage.Options{InferRepair: true})
@@ -157,7 +158,7 @@ func (b *bench) coldStarts(ctx context.Context) (*Cold, error) {
 
 func (b *bench) coldSample(ctx context.Context, cluster, td string, i int, h *coverage.History) (ColdSample, coverage.Daemon, string, error) {
 	s := ColdSample{Index: i, CapacityProvider: fmt.Sprintf("cold-%d", i)}
-	cpArn, err := b.capacityProvider(ctx, cluster, s.CapacityProvider, 600)
+	cpArn, err := b.CapacityProvider(ctx, cluster, s.CapacityProvider, 600)
 	if err != nil {
 		return s, coverage.Daemon{}, "", err
 	}
@@ -165,11 +166,11 @@ func (b *bench) coldSample(ctx context.Context, cluster, td string, i int, h *co
 	if err != nil {
 		return s, d, "", err
 	}
-	if err := b.waitDeployment(ctx, d.Arn, 30*time.Second); err != nil {
+	if err := b.WaitDeployment(ctx, d.Arn, 30*time.Second); err != nil {
 		return s, d, "", err
 	}
 	t0 := time.Now()
-	out, err := b.c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String(cluster), TaskDefinition: aws.String(td),
+	out, err := b.C.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String(cluster), TaskDefinition: aws.String(td),
 		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String(s.CapacityProvider)}}})
 	if err != nil {
 		return s, d, "", fmt.Errorf("run task: %w", err)
@@ -179,9 +180,9 @@ func (b *bench) coldSample(ctx context.Context, cluster, td string, i int, h *co
 	}
 	app := aws.ToString(out.Tasks[0].TaskArn)
 	var seenActive, seenRunning time.Time
-	err = b.until(ctx, 2*time.Minute, "app task RUNNING", func(ctx context.Context) (bool, error) {
+	err = b.Until(ctx, 2*time.Minute, "app task RUNNING", func(ctx context.Context) (bool, error) {
 		if seenActive.IsZero() {
-			cis, err := b.instances(ctx, cluster, s.CapacityProvider)
+			cis, err := b.Instances(ctx, cluster, s.CapacityProvider)
 			if err != nil {
 				return false, err
 			}
@@ -191,7 +192,7 @@ func (b *bench) coldSample(ctx context.Context, cluster, td string, i int, h *co
 				}
 			}
 		}
-		t, err := b.task(ctx, cluster, app)
+		t, err := b.Task(ctx, cluster, app)
 		if err != nil {
 			return false, err
 		}
@@ -211,13 +212,13 @@ func (b *bench) coldSample(ctx context.Context, cluster, td string, i int, h *co
 	if err != nil {
 		return s, d, app, err
 	}
-	ci, err := b.instance(ctx, cluster, s.Instance)
+	ci, err := b.Instance(ctx, cluster, s.Instance)
 	if err != nil {
 		return s, d, app, err
 	}
 	registered := aws.ToTime(ci.RegisteredAt)
 	var launched time.Time
-	mis, err := b.srv.Service.ManagedInstances(ctx, cluster, s.CapacityProvider)
+	mis, err := b.Srv.Service.ManagedInstances(ctx, cluster, s.CapacityProvider)
 	if err != nil {
 		return s, d, app, err
 	}
@@ -229,8 +230,8 @@ func (b *bench) coldSample(ctx context.Context, cluster, td string, i int, h *co
 	// its way.
 	var daemonRunning, appRunning coverage.State
 	var inst *coverage.Instance
-	err = b.until(ctx, 10*time.Second, "events of the cold start recorded", func(ctx context.Context) (bool, error) {
-		if err := h.Fetch(ctx, b.ev, cluster); err != nil {
+	err = b.Until(ctx, 10*time.Second, "events of the cold start recorded", func(ctx context.Context) (bool, error) {
+		if err := h.Fetch(ctx, b.Ev, cluster); err != nil {
 			return false, err
 		}
 		var ok1, ok2 bool
@@ -305,13 +306,13 @@ type Coverage struct {
 // coverage is scenario 2: one capacity provider whose instances hold one
 // service task each (600 MiB of 1024), so that moves need new instances.
 func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
-	cluster, err := b.cluster(ctx, "bench-cov")
+	cluster, err := b.Cluster(ctx, "bench-cov")
 	if err != nil {
 		return nil, err
 	}
 	const cp = "cov"
 	cv := &Coverage{Cluster: cluster, CapacityProvider: cp}
-	cpArn, err := b.capacityProvider(ctx, cluster, cp, 600)
+	cpArn, err := b.CapacityProvider(ctx, cluster, cp, 600)
 	if err != nil {
 		return cv, err
 	}
@@ -323,7 +324,7 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 	orphans := map[string]bool{}
 	// finish reads the record up to now and adds the scenario's gap.
 	finish := func(sc Scenario) error {
-		if err := sleep(ctx, b.o.settle); err != nil {
+		if err := benchkit.Sleep(ctx, b.o.settle); err != nil {
 			return err
 		}
 		o, err := b.orphans(ctx, cluster, cp)
@@ -337,7 +338,7 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 				sc.Orphans = append(sc.Orphans, desc)
 			}
 		}
-		if err := h.Fetch(ctx, b.ev, cluster); err != nil {
+		if err := h.Fetch(ctx, b.Ev, cluster); err != nil {
 			return err
 		}
 		sc.From, sc.To = from, time.Now()
@@ -356,15 +357,15 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 		cv.TotalNaive += sc.GapNaive
 		cv.StartImpaired = len(h.StartImpaired())
 		cv.Met = cv.Total == cv.Goal
-		fmt.Fprintf(b.out, "%s: %.1f s, gap %.3f s (agent clock %.3f, naive %.3f)\n", sc.Name, sc.Seconds, sc.Gap, sc.GapAgentClock, sc.GapNaive)
+		fmt.Fprintf(b.Out, "%s: %.1f s, gap %.3f s (agent clock %.3f, naive %.3f)\n", sc.Name, sc.Seconds, sc.Gap, sc.GapAgentClock, sc.GapNaive)
 		return nil
 	}
 	serviceSettled := func(ctx context.Context, not ...string) (bool, error) {
-		ts, err := b.tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), ServiceName: aws.String("web")})
+		ts, err := b.Tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), ServiceName: aws.String("web")})
 		if err != nil {
 			return false, err
 		}
-		run := running(ts)
+		run := benchkit.Running(ts)
 		if len(ts) != 3 || len(run) != 3 {
 			return false, nil
 		}
@@ -379,12 +380,12 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 		return len(on) == 3, nil
 	}
 	webInstances := func(ctx context.Context) ([]string, error) {
-		ts, err := b.tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), ServiceName: aws.String("web")})
+		ts, err := b.Tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), ServiceName: aws.String("web")})
 		if err != nil {
 			return nil, err
 		}
 		var out []string
-		for _, t := range running(ts) {
+		for _, t := range benchkit.Running(ts) {
 			out = append(out, aws.ToString(t.ContainerInstanceArn))
 		}
 		slices.Sort(out)
@@ -392,7 +393,7 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 	}
 	gone := func(arn string) func(context.Context) (bool, error) {
 		return func(ctx context.Context) (bool, error) {
-			ci, err := b.instance(ctx, cluster, arn)
+			ci, err := b.Instance(ctx, cluster, arn)
 			return err == nil && aws.ToString(ci.Status) == "INACTIVE", err
 		}
 	}
@@ -404,17 +405,17 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 		return cv, err
 	}
 	daemons = append(daemons, guard)
-	td, err := b.taskDefinition(ctx, "web", 600)
+	td, err := b.TaskDefinition(ctx, "web", 600)
 	if err != nil {
 		return cv, err
 	}
 	t0 := time.Now()
-	if _, err := b.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(cluster), ServiceName: aws.String("web"),
+	if _, err := b.C.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(cluster), ServiceName: aws.String("web"),
 		TaskDefinition: aws.String(td), DesiredCount: aws.Int32(3),
 		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String(cp)}}}); err != nil {
 		return cv, fmt.Errorf("create service: %w", err)
 	}
-	if err := b.until(ctx, 3*time.Minute, "service of 3 running on 3 instances", func(ctx context.Context) (bool, error) { return serviceSettled(ctx) }); err != nil {
+	if err := b.Until(ctx, 3*time.Minute, "service of 3 running on 3 instances", func(ctx context.Context) (bool, error) { return serviceSettled(ctx) }); err != nil {
 		return cv, err
 	}
 	sc.Measures["serviceRunningSeconds"] = time.Since(t0).Seconds()
@@ -429,31 +430,31 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 		return cv, fmt.Errorf("service instances: %v %v", insts, err)
 	}
 	victim := insts[0]
-	gts, err := b.tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), DaemonName: aws.String("guard")})
+	gts, err := b.Tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), DaemonName: aws.String("guard")})
 	if err != nil {
 		return cv, err
 	}
 	var guardTask string
-	for _, t := range running(gts) {
+	for _, t := range benchkit.Running(gts) {
 		if aws.ToString(t.ContainerInstanceArn) == victim {
 			guardTask = aws.ToString(t.TaskArn)
 		}
 	}
-	cs, err := b.rt.List(ctx, map[string]string{labelTaskArn: guardTask, labelName: "guard"})
+	cs, err := b.RT.List(ctx, map[string]string{benchkit.LabelTaskArn: guardTask, benchkit.LabelName: "guard"})
 	if guardTask == "" || err != nil || len(cs) != 1 {
 		return cv, fmt.Errorf("guard container on %s: task %q, %d containers, %v", victim, guardTask, len(cs), err)
 	}
 	killed := time.Now()
-	if err := b.rt.Stop(ctx, cs[0].ID, 0); err != nil {
+	if err := b.RT.Stop(ctx, cs[0].ID, 0); err != nil {
 		return cv, err
 	}
-	if c, err := b.rt.Inspect(ctx, cs[0].ID); err == nil && !c.FinishedAt.IsZero() {
+	if c, err := b.RT.Inspect(ctx, cs[0].ID); err == nil && !c.FinishedAt.IsZero() {
 		killed = c.FinishedAt
 	}
 	var seenDraining time.Time
-	err = b.until(ctx, 3*time.Minute, "auto-repair: service moved, instance retired", func(ctx context.Context) (bool, error) {
+	err = b.Until(ctx, 3*time.Minute, "auto-repair: service moved, instance retired", func(ctx context.Context) (bool, error) {
 		if seenDraining.IsZero() {
-			if ci, err := b.instance(ctx, cluster, victim); err == nil && aws.ToString(ci.Status) != "ACTIVE" {
+			if ci, err := b.Instance(ctx, cluster, victim); err == nil && aws.ToString(ci.Status) != "ACTIVE" {
 				seenDraining = time.Now()
 			}
 		}
@@ -467,7 +468,7 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 	}
 	sc.Measures["repairSeconds"] = time.Since(killed).Seconds()
 	sc.Measures["clientSawDrainingAfterKillMs"] = float64(seenDraining.Sub(killed).Milliseconds())
-	if err := h.Fetch(ctx, b.ev, cluster); err != nil {
+	if err := h.Fetch(ctx, b.Ev, cluster); err != nil {
 		return cv, err
 	}
 	if t := h.Task(guardTask); t != nil {
@@ -499,11 +500,11 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 	}
 	drained := insts[0]
 	t0 = time.Now()
-	if _, err := b.c.UpdateContainerInstancesState(ctx, &ecs.UpdateContainerInstancesStateInput{Cluster: aws.String(cluster),
+	if _, err := b.C.UpdateContainerInstancesState(ctx, &ecs.UpdateContainerInstancesStateInput{Cluster: aws.String(cluster),
 		ContainerInstances: []string{drained}, Status: types.ContainerInstanceStatusDraining}); err != nil {
 		return cv, err
 	}
-	err = b.until(ctx, 3*time.Minute, "drain: service moved, instance retired", func(ctx context.Context) (bool, error) {
+	err = b.Until(ctx, 3*time.Minute, "drain: service moved, instance retired", func(ctx context.Context) (bool, error) {
 		if ok, err := serviceSettled(ctx, drained); !ok || err != nil {
 			return false, err
 		}
@@ -535,18 +536,18 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 		return cv, fmt.Errorf("restart agent: %w", err)
 	}
 	sc.Measures["oldAgentExitMs"] = float64(down.Milliseconds())
-	err = b.until(ctx, 2*time.Minute, "both daemons on every instance, service settled", func(ctx context.Context) (bool, error) {
-		cis, err := b.instances(ctx, cluster, cp)
+	err = b.Until(ctx, 2*time.Minute, "both daemons on every instance, service settled", func(ctx context.Context) (bool, error) {
+		cis, err := b.Instances(ctx, cluster, cp)
 		if err != nil {
 			return false, err
 		}
 		per := map[string]int{}
 		for _, name := range []string{"guard", "logs"} {
-			ts, err := b.tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), DaemonName: aws.String(name)})
+			ts, err := b.Tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), DaemonName: aws.String(name)})
 			if err != nil {
 				return false, err
 			}
-			for _, t := range running(ts) {
+			for _, t := range benchkit.Running(ts) {
 				per[aws.ToString(t.ContainerInstanceArn)]++
 			}
 		}
@@ -572,14 +573,14 @@ func (b *bench) coverage(ctx context.Context) (*Coverage, error) {
 	if after, err := webInstances(ctx); err == nil && !slices.Equal(after, insts) {
 		sc.Findings = append(sc.Findings, fmt.Sprintf("service tasks moved: %d instances before, %v after", len(insts), len(after)))
 	}
-	if ci, err := b.instance(ctx, cluster, restarted); err == nil && aws.ToString(ci.Status) != "ACTIVE" {
+	if ci, err := b.Instance(ctx, cluster, restarted); err == nil && aws.ToString(ci.Status) != "ACTIVE" {
 		sc.Findings = append(sc.Findings, fmt.Sprintf("the instance whose agent restarted is %s: the restart was taken for a lost instance", aws.ToString(ci.Status)))
 	}
 	// The daemon runs everywhere: its deployment should finish.
-	if err := b.waitDeployment(ctx, logs.Arn, 15*time.Second); err != nil {
+	if err := b.WaitDeployment(ctx, logs.Arn, 15*time.Second); err != nil {
 		status := "unknown"
-		if d, err := b.c.DescribeDaemon(ctx, &ecs.DescribeDaemonInput{DaemonArn: aws.String(logs.Arn)}); err == nil {
-			if dep, err := b.c.DescribeDaemonDeployments(ctx, &ecs.DescribeDaemonDeploymentsInput{DaemonDeploymentArns: []string{aws.ToString(d.Daemon.DeploymentArn)}}); err == nil && len(dep.DaemonDeployments) == 1 {
+		if d, err := b.C.DescribeDaemon(ctx, &ecs.DescribeDaemonInput{DaemonArn: aws.String(logs.Arn)}); err == nil {
+			if dep, err := b.C.DescribeDaemonDeployments(ctx, &ecs.DescribeDaemonDeploymentsInput{DaemonDeploymentArns: []string{aws.ToString(d.Daemon.DeploymentArn)}}); err == nil && len(dep.DaemonDeployments) == 1 {
 				status = string(dep.DaemonDeployments[0].Status)
 			}
 		}

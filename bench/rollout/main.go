@@ -35,30 +35,21 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"math"
 	"os"
-	"os/exec"
-	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"github.com/moby/moby/client"
-
-	"github.com/capstanhq/capstan/internal/coverage"
-	"github.com/capstanhq/capstan/internal/runtime/docker"
+	"github.com/capstanhq/capstan/bench/internal/benchkit"
 )
 
 type options struct {
@@ -77,22 +68,7 @@ type options struct {
 	keepGoing      bool
 }
 
-func main() {
-	o, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench/rollout:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/rollout:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchkit.Main("rollout", parseFlags, run) }
 
 func parseFlags(args []string) (options, error) {
 	var o options
@@ -141,41 +117,18 @@ func parseFlags(args []string) (options, error) {
 	return o, nil
 }
 
-// Machine describes where the numbers were taken.
-type Machine struct {
-	GOOS          string `json:"goos"`
-	GOARCH        string `json:"goarch"`
-	NumCPU        int    `json:"numCPU"`
-	GoVersion     string `json:"goVersion"`
-	CPUModel      string `json:"cpuModel,omitempty"`
-	Revision      string `json:"vcsRevision,omitempty"`
-	DockerVersion string `json:"dockerVersion"`
-	StorageDriver string `json:"dockerStorageDriver,omitempty"`
-	Containers    int    `json:"dockerContainersAtStart"`
-	LoadAvgStart  string `json:"loadAvgStart,omitempty"`
-	LoadAvgEnd    string `json:"loadAvgEnd,omitempty"`
-}
-
 // Report is the JSON output.
 type Report struct {
 	Started time.Time         `json:"started"`
 	Seconds float64           `json:"runSeconds"`
 	Command string            `json:"command"`
-	Machine Machine           `json:"machine"`
+	Machine benchkit.Machine  `json:"machine"`
 	Image   string            `json:"image"`
 	Binary  string            `json:"agentBinary"`
 	Phases  map[string]string `json:"phaseDefinitions"`
 	Runs    []*Run            `json:"runs"`
-	Cleanup Cleanup           `json:"cleanup"`
+	Cleanup benchkit.Cleanup  `json:"cleanup"`
 	Notes   []string          `json:"notes"`
-}
-
-// Cleanup is what the end of the run removed.
-type Cleanup struct {
-	Terminated int      `json:"instancesTerminated"`
-	Containers int      `json:"containersRemoved"`
-	Networks   int      `json:"networksRemoved"`
-	Errors     []string `json:"errors,omitempty"`
 }
 
 func run(ctx context.Context, o options, stdout io.Writer) error {
@@ -187,54 +140,16 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 		rep.Phases[p.key] = p.def
 	}
 
-	rt, err := docker.New(docker.Options{})
+	b := &bench{o: o}
+	var err error
+	b.Fleet, err = benchkit.OpenFleet(ctx, benchkit.FleetOptions{WorkPrefix: "capstan-bench-rollout-", DataDir: o.dataDir, Binary: o.binary,
+		ServerLog: o.serverLog, AgentLogs: o.agentLogs, Poll: o.poll}, stdout)
 	if err != nil {
 		return err
-	}
-	defer rt.Close()
-	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
-	err = rt.Ping(pctx)
-	pcancel()
-	if err != nil {
-		return fmt.Errorf("the Docker Engine is required: %w", err)
-	}
-	rep.Machine = machine(ctx, rt.Client())
-
-	work, err := os.MkdirTemp(o.dataDir, "capstan-bench-rollout-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(work)
-
-	b, err := newBench(ctx, o, stdout, rt, work)
-	if err != nil {
-		return err
-	}
-	rep.Image, rep.Binary = b.image, b.bin
-	if o.agentLogs != "" {
-		if err := os.MkdirAll(o.agentLogs, 0o755); err != nil {
-			return err
-		}
-		lctx, stopLogs := context.WithCancel(ctx)
-		defer stopLogs()
-		go b.keepAgentLogs(lctx, o.agentLogs)
 	}
 	// Whatever happens from here, the instances and their containers go.
-	cleaned := false
-	cleanup := func() {
-		cleaned = true
-		rep.Cleanup = b.cleanup(context.WithoutCancel(ctx))
-		fmt.Fprintf(stdout, "cleanup: %d instances terminated, %d containers and %d networks removed\n",
-			rep.Cleanup.Terminated, rep.Cleanup.Containers, rep.Cleanup.Networks)
-		for _, e := range rep.Cleanup.Errors {
-			fmt.Fprintln(stdout, "cleanup:", e)
-		}
-	}
-	defer func() {
-		if !cleaned {
-			cleanup()
-		}
-	}()
+	defer b.Close()
+	rep.Machine, rep.Image, rep.Binary = b.Machine, b.Image, b.Bin
 
 	var runErr error
 	for _, n := range o.instances {
@@ -254,44 +169,23 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 			break
 		}
 	}
-	cleanup()
+	rep.Cleanup = b.Cleanup()
 	if o.eventsOut != "" {
-		if err := writeEvents(o.eventsOut, b.histories); err != nil {
+		if err := benchkit.WriteEvents(o.eventsOut, b.histories); err != nil {
 			return err
 		}
 	}
 	rep.Seconds = time.Since(start).Seconds()
-	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
 	rep.Notes = notes(rep)
 	printReport(stdout, rep)
 	if o.jsonOut != "" {
-		buf, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(o.jsonOut, append(buf, '\n'), 0o644); err != nil {
+		if err := benchkit.WriteJSON(o.jsonOut, rep); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "wrote", o.jsonOut)
 	}
 	return runErr
-}
-
-func writeEvents(path string, hs []*coverage.History) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(f)
-	for _, h := range hs {
-		for _, ev := range h.Events() {
-			if err := enc.Encode(ev); err != nil {
-				f.Close()
-				return err
-			}
-		}
-	}
-	return f.Close()
 }
 
 func notes(rep *Report) []string {
@@ -379,48 +273,6 @@ func shortArn(arn string) string {
 	return arn
 }
 
-func machine(ctx context.Context, dc *client.Client) Machine {
-	m := Machine{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, NumCPU: runtime.NumCPU(), GoVersion: runtime.Version(), LoadAvgStart: loadAvg()}
-	if bs, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.Lines(string(bs)) {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				m.Revision = s.Value
-			}
-		}
-	}
-	if m.Revision == "" { // go run stamps no VCS information
-		if out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output(); err == nil {
-			m.Revision = strings.TrimSpace(string(out))
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if v, err := dc.ServerVersion(ctx, client.ServerVersionOptions{}); err == nil {
-		m.DockerVersion = v.Version
-	}
-	if info, err := dc.Info(ctx, client.InfoOptions{}); err == nil {
-		m.StorageDriver, m.Containers = info.Info.Driver, info.Info.Containers
-	}
-	return m
-}
-
-func loadAvg() string {
-	bs, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(bs))
-	return strings.Join(f[:min(3, len(f))], " ")
-}
-
 // Stat summarises one phase over a run's instances, in seconds.
 type Stat struct {
 	N    int     `json:"n"`
@@ -441,28 +293,4 @@ func stat(xs []float64) Stat {
 	}
 	s.Mean = s.Sum / float64(len(xs))
 	return s
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// serverLogger is the in-process server's logger: debug to a file, or
-// nothing.
-func serverLogger(path string) (*slog.Logger, func(), error) {
-	if path == "" {
-		return slog.New(slog.DiscardHandler), func() {}, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	return slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})), func() { f.Close() }, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
+	"github.com/capstanhq/capstan/bench/internal/benchkit"
 	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/coverage"
 )
@@ -180,28 +181,28 @@ func (b *bench) rollout(ctx context.Context, n int, pct float64) (*Run, error) {
 	ps := strings.ReplaceAll(fmt.Sprintf("%g", pct), ".", "p")
 	r := &Run{Name: fmt.Sprintf("%d instances, drainPercent %g", n, pct), Instances: n, DrainPercent: pct, Phases: map[string]Stat{},
 		ServiceDesired: n, ServiceMinimumHealthy: n, BatchSizeExpected: max(1, int(math.Ceil(float64(n)*pct/100))), Measures: map[string]string{}}
-	fmt.Fprintf(b.out, "\n== %s\n", r.Name)
-	cluster, err := b.cluster(ctx, fmt.Sprintf("bench-ro%d-%s", n, ps))
+	fmt.Fprintf(b.Out, "\n== %s\n", r.Name)
+	cluster, err := b.Cluster(ctx, fmt.Sprintf("bench-ro%d-%s", n, ps))
 	if err != nil {
 		return r, err
 	}
 	r.Cluster = cluster
-	r.CapacityProvider = fmt.Sprintf("ro%d-%s-%s", n, ps, randomID(4))
+	r.CapacityProvider = fmt.Sprintf("ro%d-%s-%s", n, ps, benchkit.RandomHex(4))
 	cp := r.CapacityProvider
 	h := coverage.NewHistory()
 	b.histories = append(b.histories, h)
 	defer func() {
 		t0 := time.Now()
 		if err := b.teardown(context.WithoutCancel(ctx), cluster, cp); err != nil {
-			fmt.Fprintf(b.out, "tear-down of %s: %v (the final clean-up removes what is left)\n", cluster, err)
+			fmt.Fprintf(b.Out, "tear-down of %s: %v (the final clean-up removes what is left)\n", cluster, err)
 		} else {
-			fmt.Fprintf(b.out, "tear-down: %.1f s\n", time.Since(t0).Seconds())
+			fmt.Fprintf(b.Out, "tear-down: %.1f s\n", time.Since(t0).Seconds())
 		}
 	}()
 
 	// Set-up.
 	setup := time.Now()
-	cpArn, err := b.capacityProvider(ctx, cluster, cp, 3600)
+	cpArn, err := b.CapacityProvider(ctx, cluster, cp, 3600)
 	if err != nil {
 		return r, err
 	}
@@ -214,21 +215,21 @@ func (b *bench) rollout(ctx context.Context, n int, pct float64) (*Run, error) {
 		return r, err
 	}
 	r.DaemonArn = guard.Arn
-	if err := b.waitDeployment(ctx, guard.Arn, time.Minute); err != nil {
+	if err := b.WaitDeployment(ctx, guard.Arn, time.Minute); err != nil {
 		return r, err
 	}
-	appTD, err := b.taskDefinition(ctx, serviceName, appMemory)
+	appTD, err := b.TaskDefinition(ctx, serviceName, appMemory)
 	if err != nil {
 		return r, err
 	}
-	if _, err := b.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(cluster), ServiceName: aws.String(serviceName),
+	if _, err := b.C.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(cluster), ServiceName: aws.String(serviceName),
 		TaskDefinition: aws.String(appTD), DesiredCount: aws.Int32(int32(n)),
 		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String(cp)}},
 		PlacementConstraints:     []types.PlacementConstraint{{Type: types.PlacementConstraintTypeDistinctInstance}},
 		DeploymentConfiguration:  &types.DeploymentConfiguration{MinimumHealthyPercent: aws.Int32(100), MaximumPercent: aws.Int32(200)}}); err != nil {
 		return r, fmt.Errorf("create service: %w", err)
 	}
-	if err := b.until(ctx, time.Duration(n)*40*time.Second, fmt.Sprintf("service of %d on %d ACTIVE instances with the daemon", n, n), func(ctx context.Context) (bool, error) {
+	if err := b.Until(ctx, time.Duration(n)*40*time.Second, fmt.Sprintf("service of %d on %d ACTIVE instances with the daemon", n, n), func(ctx context.Context) (bool, error) {
 		ok, _, err := b.steady(ctx, cluster, cp, n, "")
 		return ok, err
 	}); err != nil {
@@ -239,8 +240,8 @@ func (b *bench) rollout(ctx context.Context, n int, pct float64) (*Run, error) {
 		return r, err
 	}
 	r.SetupSeconds = time.Since(setup).Seconds()
-	fmt.Fprintf(b.out, "set-up: %d instances with the daemon and a service task each in %.1f s\n", len(old), r.SetupSeconds)
-	if err := sleep(ctx, b.o.settle); err != nil {
+	fmt.Fprintf(b.Out, "set-up: %d instances with the daemon and a service task each in %.1f s\n", len(old), r.SetupSeconds)
+	if err := benchkit.Sleep(ctx, b.o.settle); err != nil {
 		return r, err
 	}
 
@@ -251,7 +252,7 @@ func (b *bench) rollout(ctx context.Context, n int, pct float64) (*Run, error) {
 	}
 	r.TargetTaskDef = td2
 	r.UpdateAt = time.Now()
-	up, err := b.c.UpdateDaemon(ctx, &ecs.UpdateDaemonInput{DaemonArn: aws.String(guard.Arn), DaemonTaskDefinitionArn: aws.String(td2),
+	up, err := b.C.UpdateDaemon(ctx, &ecs.UpdateDaemonInput{DaemonArn: aws.String(guard.Arn), DaemonTaskDefinitionArn: aws.String(td2),
 		CapacityProviderArns: []string{cpArn}, Critical: aws.Bool(true),
 		DeploymentConfiguration: &types.DaemonDeploymentConfiguration{DrainPercent: aws.Float64(pct)}})
 	if err != nil {
@@ -264,10 +265,10 @@ func (b *bench) rollout(ctx context.Context, n int, pct float64) (*Run, error) {
 	var roErr error
 	deadline := r.UpdateAt.Add(b.o.rolloutTimeout)
 	for {
-		ro, err := b.srv.Service.DescribeDaemonRollout(ctx, &control.DescribeDaemonRolloutRequest{DaemonArn: guard.Arn, DaemonDeploymentArn: r.DeploymentArn})
+		ro, err := b.Srv.Service.DescribeDaemonRollout(ctx, &control.DescribeDaemonRolloutRequest{DaemonArn: guard.Arn, DaemonDeploymentArn: r.DeploymentArn})
 		if err == nil {
 			if ro.Status != lastStatus {
-				fmt.Fprintf(b.out, "  %6.2f s  deployment %s\n", time.Since(r.UpdateAt).Seconds(), ro.Status)
+				fmt.Fprintf(b.Out, "  %6.2f s  deployment %s\n", time.Since(r.UpdateAt).Seconds(), ro.Status)
 				lastStatus = ro.Status
 			}
 			r.Status, r.StatusReason, r.BatchSize = ro.Status, ro.StatusReason, max(r.BatchSize, ro.BatchSize)
@@ -276,7 +277,7 @@ func (b *bench) rollout(ctx context.Context, n int, pct float64) (*Run, error) {
 				if !stalls[msg] {
 					stalls[msg] = true
 					r.Stalls = append(r.Stalls, msg)
-					fmt.Fprintf(b.out, "  %6.2f s  %s\n", time.Since(r.UpdateAt).Seconds(), msg)
+					fmt.Fprintf(b.Out, "  %6.2f s  %s\n", time.Since(r.UpdateAt).Seconds(), msg)
 				}
 			}
 			if !ro.FinishedAt.IsZero() {
@@ -292,19 +293,19 @@ func (b *bench) rollout(ctx context.Context, n int, pct float64) (*Run, error) {
 			roErr = fmt.Errorf("deployment still %s %s after UpdateDaemon", r.Status, b.o.rolloutTimeout)
 			break
 		}
-		if err := sleep(ctx, b.o.poll); err != nil {
+		if err := benchkit.Sleep(ctx, b.o.poll); err != nil {
 			return r, err
 		}
 	}
 	if roErr == nil && r.Status != "SUCCESSFUL" {
 		roErr = fmt.Errorf("deployment ended %s: %s", r.Status, r.StatusReason)
 	}
-	fmt.Fprintf(b.out, "rollout: %s after %.1f s (recorded finish %.1f s)\n", r.Status, r.SeenSeconds, r.TotalSeconds)
+	fmt.Fprintf(b.Out, "rollout: %s after %.1f s (recorded finish %.1f s)\n", r.Status, r.SeenSeconds, r.TotalSeconds)
 
 	// The service should be whole again on N new instances.
 	end := time.Now()
 	if roErr == nil {
-		err := b.until(ctx, time.Minute, "service steady after the rollout", func(ctx context.Context) (bool, error) {
+		err := b.Until(ctx, time.Minute, "service steady after the rollout", func(ctx context.Context) (bool, error) {
 			ok, _, err := b.steady(ctx, cluster, cp, n, td2)
 			return ok, err
 		})
@@ -312,13 +313,13 @@ func (b *bench) rollout(ctx context.Context, n int, pct float64) (*Run, error) {
 			r.Findings = append(r.Findings, err.Error())
 		}
 	}
-	if err := sleep(ctx, b.o.settle); err != nil {
+	if err := benchkit.Sleep(ctx, b.o.settle); err != nil {
 		return r, err
 	}
 	b.watchManaged(ctx, cluster, cp, seen)
 	b.endState(ctx, r, cluster, cp, old, td2)
 	end = time.Now()
-	if err := h.Fetch(ctx, b.ev, cluster); err != nil {
+	if err := h.Fetch(ctx, b.Ev, cluster); err != nil {
 		return r, fmt.Errorf("read events: %w", err)
 	}
 	r.Events = len(h.Events())
@@ -336,7 +337,7 @@ func inFlight(status string) bool {
 
 // watchManaged notes every replacement's managed instance record.
 func (b *bench) watchManaged(ctx context.Context, cluster, cp string, seen map[string]*seenManaged) {
-	ms, err := b.srv.Service.ManagedInstances(ctx, cluster, cp)
+	ms, err := b.Srv.Service.ManagedInstances(ctx, cluster, cp)
 	if err != nil {
 		return
 	}
@@ -354,7 +355,7 @@ func (b *bench) watchManaged(ctx context.Context, cluster, cp string, seen map[s
 			s.launched = m.LaunchedAt
 		}
 		if s.arn == "" {
-			if ci, ok, err := b.srv.Service.InstanceOf(ctx, m); err == nil && ok {
+			if ci, ok, err := b.Srv.Service.InstanceOf(ctx, m); err == nil && ok {
 				s.arn, s.registered = ci.ContainerInstanceArn, ci.RegisteredAt.Time
 			}
 		}
@@ -368,7 +369,7 @@ func (b *bench) watchManaged(ctx context.Context, cluster, cp string, seen map[s
 // capacity provider launched during the rollout may be idle). It returns
 // the ACTIVE instances.
 func (b *bench) steady(ctx context.Context, cluster, cp string, n int, td string) (bool, []string, error) {
-	cis, err := b.instances(ctx, cluster, cp)
+	cis, err := b.Instances(ctx, cluster, cp)
 	if err != nil {
 		return false, nil, err
 	}
@@ -379,25 +380,25 @@ func (b *bench) steady(ctx context.Context, cluster, cp string, n int, td string
 		}
 	}
 	sort.Strings(active)
-	ts, err := b.tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), ServiceName: aws.String(serviceName)})
+	ts, err := b.Tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), ServiceName: aws.String(serviceName)})
 	if err != nil {
 		return false, active, err
 	}
 	apps := map[string]bool{}
-	for _, t := range running(ts) {
+	for _, t := range benchkit.Running(ts) {
 		apps[aws.ToString(t.ContainerInstanceArn)] = true
 	}
-	ds, err := b.tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), DaemonName: aws.String(daemonName)})
+	ds, err := b.Tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), DaemonName: aws.String(daemonName)})
 	if err != nil {
 		return false, active, err
 	}
 	guarded := map[string]bool{}
-	for _, t := range running(ds) {
+	for _, t := range benchkit.Running(ds) {
 		if td == "" || aws.ToString(t.TaskDefinitionArn) == td {
 			guarded[aws.ToString(t.ContainerInstanceArn)] = true
 		}
 	}
-	if len(running(ts)) != n || len(apps) != n || len(active) < n || (td == "" && len(active) != n) {
+	if len(benchkit.Running(ts)) != n || len(apps) != n || len(active) < n || (td == "" && len(active) != n) {
 		return false, active, nil
 	}
 	for _, a := range active {
@@ -416,7 +417,7 @@ func (b *bench) steady(ctx context.Context, cluster, cp string, n int, td string
 // endState records where the fleet ended: instances of cp by status, how
 // many old ones are left, how many ACTIVE ones run the target daemon.
 func (b *bench) endState(ctx context.Context, r *Run, cluster, cp string, old []string, td string) {
-	cis, err := b.instances(ctx, cluster, cp)
+	cis, err := b.Instances(ctx, cluster, cp)
 	if err != nil {
 		r.Findings = append(r.Findings, "end state: "+err.Error())
 		return
@@ -437,10 +438,10 @@ func (b *bench) endState(ctx context.Context, r *Run, cluster, cp string, old []
 	}
 	r.Measures["instances"] = strings.Join(parts, ", ")
 	r.Measures["oldInstancesLeft"] = fmt.Sprint(left)
-	ds, err := b.tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), DaemonName: aws.String(daemonName)})
+	ds, err := b.Tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), DaemonName: aws.String(daemonName)})
 	if err == nil {
 		on, other := 0, 0
-		for _, t := range running(ds) {
+		for _, t := range benchkit.Running(ds) {
 			if aws.ToString(t.TaskDefinitionArn) == td {
 				on++
 			} else {
@@ -674,7 +675,7 @@ func (b *bench) analyse(r *Run, h *coverage.History, guard coverage.Daemon, old 
 	if r.Gap > 0 {
 		r.Findings = append(r.Findings, fmt.Sprintf("coverage gap %.3f s over %d intervals", r.Gap, len(r.Gaps)))
 	}
-	fmt.Fprintf(b.out, "read %d events: %d batches, gap %.3f s, service min %d/%d, max DRAINING %d (batch %d), peak %d instances\n",
+	fmt.Fprintf(b.Out, "read %d events: %d batches, gap %.3f s, service min %d/%d, max DRAINING %d (batch %d), peak %d instances\n",
 		r.Events, len(r.Batches), r.Gap, r.ServiceMinRunning, r.ServiceDesired, r.MaxDraining, r.BatchSize, r.PeakInstances)
 }
 
@@ -684,15 +685,15 @@ func (b *bench) analyse(r *Run, h *coverage.History, guard coverage.Daemon, old 
 func (b *bench) teardown(ctx context.Context, cluster, cp string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	if _, err := b.c.UpdateService(ctx, &ecs.UpdateServiceInput{Cluster: aws.String(cluster), Service: aws.String(serviceName), DesiredCount: aws.Int32(0)}); err == nil {
-		b.until(ctx, time.Minute, "service scaled to 0", func(ctx context.Context) (bool, error) {
-			ts, err := b.tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), ServiceName: aws.String(serviceName)})
+	if _, err := b.C.UpdateService(ctx, &ecs.UpdateServiceInput{Cluster: aws.String(cluster), Service: aws.String(serviceName), DesiredCount: aws.Int32(0)}); err == nil {
+		b.Until(ctx, time.Minute, "service scaled to 0", func(ctx context.Context) (bool, error) {
+			ts, err := b.Tasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(cluster), ServiceName: aws.String(serviceName)})
 			return err == nil && len(ts) == 0, err
 		})
-		b.c.DeleteService(ctx, &ecs.DeleteServiceInput{Cluster: aws.String(cluster), Service: aws.String(serviceName), Force: aws.Bool(true)})
+		b.C.DeleteService(ctx, &ecs.DeleteServiceInput{Cluster: aws.String(cluster), Service: aws.String(serviceName), Force: aws.Bool(true)})
 	}
-	return b.until(ctx, 2*time.Minute, "instances retired and terminated", func(ctx context.Context) (bool, error) {
-		cis, err := b.instances(ctx, cluster, cp)
+	return b.Until(ctx, 2*time.Minute, "instances retired and terminated", func(ctx context.Context) (bool, error) {
+		cis, err := b.Instances(ctx, cluster, cp)
 		if err != nil {
 			return false, err
 		}
@@ -709,12 +710,12 @@ func (b *bench) teardown(ctx context.Context, cluster, cp string) error {
 			}
 		}
 		for i := 0; i < len(arns); i += 10 {
-			if _, err := b.c.UpdateContainerInstancesState(ctx, &ecs.UpdateContainerInstancesStateInput{Cluster: aws.String(cluster),
+			if _, err := b.C.UpdateContainerInstancesState(ctx, &ecs.UpdateContainerInstancesStateInput{Cluster: aws.String(cluster),
 				ContainerInstances: arns[i:min(i+10, len(arns))], Status: types.ContainerInstanceStatusDraining}); err != nil {
 				return false, err
 			}
 		}
-		ms, err := b.srv.Service.ManagedInstances(ctx, cluster, cp)
+		ms, err := b.Srv.Service.ManagedInstances(ctx, cluster, cp)
 		return err == nil && live == 0 && len(ms) == 0, err
 	})
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
+	"github.com/capstanhq/capstan/bench/internal/benchkit"
 	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/server"
 )
@@ -98,7 +99,7 @@ func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
 	})
 	h.c = ecs.New(ecs.Options{Region: "us-east-1", BaseEndpoint: aws.String(h.url()),
 		Credentials:      credentials.NewStaticCredentialsProvider(h.cfg.AdminKeyID, h.cfg.AdminSecret, ""),
-		HTTPClient:       inMemoryBody{hc},
+		HTTPClient:       benchkit.InMemoryBody{Next: hc},
 		RetryMaxAttempts: 5})
 	dir := filepath.Join(o.work, "hollow")
 	if o.inProcess {
@@ -122,25 +123,6 @@ func (h *harness) close() error {
 
 func (h *harness) logf(format string, args ...any) {
 	fmt.Fprintf(h.log, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
-}
-
-// inMemoryBody hands net/http the request body as a bytes.Reader (see
-// bench/api: smithy-go's own body can lose a connection to a fast answer).
-type inMemoryBody struct{ next ecs.HTTPClient }
-
-func (c inMemoryBody) Do(req *http.Request) (*http.Response, error) {
-	if req.Body == nil || req.Body == http.NoBody {
-		return c.next.Do(req)
-	}
-	b, err := io.ReadAll(req.Body)
-	if err != nil {
-		return nil, fmt.Errorf("buffer request body: %w", err)
-	}
-	r := req.Clone(req.Context())
-	r.Body = io.NopCloser(bytes.NewReader(b))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
-	r.ContentLength = int64(len(b))
-	return c.next.Do(r)
 }
 
 // extension calls a CapstanV1 operation, signed like any ECS call.
@@ -485,14 +467,12 @@ func (l *latencies) summary() (all []time.Duration, per map[string][2]float64) {
 	for op, ds := range l.byOp {
 		s := slices.Clone(ds)
 		slices.Sort(s)
-		per[op] = [2]float64{ms(pct(s, 0.5)), ms(pct(s, 0.99))}
+		per[op] = [2]float64{benchkit.Ms(pct(s, 0.5)), benchkit.Ms(pct(s, 0.99))}
 		all = append(all, ds...)
 	}
 	slices.Sort(all)
 	return all, per
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // invariants checks what must hold once the fleet has settled: n ACTIVE
 // instances, the daemon exactly once on each, the service's tasks all

@@ -42,7 +42,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -52,6 +51,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+
+	"github.com/capstanhq/capstan/bench/internal/benchkit"
 )
 
 type options struct {
@@ -231,32 +232,9 @@ type Machine struct {
 
 func machine() Machine {
 	m := Machine{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(),
-		GoVersion: runtime.Version(), LoadAvgStart: loadAvg()}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.Lines(string(b)) {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				m.Revision = s.Value
-			}
-		}
-	}
+		GoVersion: runtime.Version(), LoadAvgStart: benchkit.LoadAvg()}
+	m.CPUModel, m.Revision = benchkit.CPUModel(), benchkit.VCSRevision()
 	return m
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 // run performs the whole measurement; the report holds what was measured
@@ -298,7 +276,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 		}
 	}()
 	err = measure(ctx, o, h, rep)
-	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
 	self := selfStats()
 	rep.ServerRSSMiB = float64(self.RSSBytes) / (1 << 20)
 	rep.ServerPeakRSSMiB = float64(peakRSS()) / (1 << 20)
@@ -489,7 +467,7 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 		if lat != nil {
 			all, per := lat.summary()
 			rep.APISamples, rep.APIByOp, rep.APIErrors = len(all), per, lat.errors.Load()
-			rep.APIP50Ms, rep.APIP99Ms = ms(pct(all, 0.5)), ms(pct(all, 0.99))
+			rep.APIP50Ms, rep.APIP99Ms = benchkit.Ms(pct(all, 0.5)), benchkit.Ms(pct(all, 0.99))
 		}
 		if werr == nil && dep.Status == types.DaemonDeploymentStatusSuccessful {
 			r.Seconds = time.Since(t).Seconds()
