@@ -339,7 +339,6 @@ func (s *Service) DescribeDaemonRollout(ctx context.Context, req *DescribeDaemon
 	if err != nil {
 		return nil, storeErr(err)
 	}
-	target, cps := deployments.Target(dep)
 	byCP := map[string]*RolloutCapacityProvider{}
 	for _, cp := range dep.CapacityProviderArns {
 		byCP[cp] = &RolloutCapacityProvider{Arn: cp, Name: lastPart(cp)}
@@ -350,8 +349,7 @@ func (s *Service) DescribeDaemonRollout(ctx context.Context, req *DescribeDaemon
 			continue
 		}
 		c.Instances++
-		want := target != "" && slices.Contains(cps, in.CapacityProvider)
-		on := (want && in.Revision == target && in.Running) || (!want && in.Revision == "")
+		on := deployments.Ready(dep, in)
 		switch {
 		case in.Status == "DRAINING" || in.Status == "DEREGISTERING":
 			c.Draining++

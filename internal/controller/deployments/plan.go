@@ -116,6 +116,37 @@ func Target(dep store.DaemonDeployment) (string, []string) {
 	return dep.TargetRevisionArn, cps
 }
 
+// goal is where a deployment moves instances now.
+type goal struct {
+	target string
+	cps    []string
+}
+
+func goalOf(dep store.DaemonDeployment) goal {
+	t, cps := Target(dep)
+	return goal{t, cps}
+}
+
+// want: the instance should run the daemon (its provider is the target's).
+func (g goal) want(in Instance) bool {
+	return g.target != "" && slices.Contains(g.cps, in.CapacityProvider)
+}
+
+// onTarget: the instance's placement is the one it should have.
+func (g goal) onTarget(in Instance) bool {
+	if g.want(in) {
+		return in.Revision == g.target
+	}
+	return in.Revision == ""
+}
+
+// ready: on target, and the daemon runs where it should.
+func (g goal) ready(in Instance) bool { return g.onTarget(in) && (!g.want(in) || in.Running) }
+
+// Ready reports whether an instance is where the deployment wants it:
+// running the target, or without the daemon off the target's providers.
+func Ready(dep store.DaemonDeployment, in Instance) bool { return goalOf(dep).ready(in) }
+
 // RollingBack reports a rollback status.
 func RollingBack(status string) bool {
 	return status == "STOP_REQUESTED" || status == "ROLLBACK_IN_PROGRESS"
@@ -181,19 +212,12 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 		return d
 	}
 
-	target, cps := Target(d.Dep)
+	g := goalOf(d.Dep)
+	target, onTarget, ready := g.target, g.onTarget, g.ready
 	byID := map[string]Instance{}
 	for _, in := range w.Instances {
 		byID[in.ID] = in
 	}
-	want := func(in Instance) bool { return target != "" && slices.Contains(cps, in.CapacityProvider) }
-	onTarget := func(in Instance) bool {
-		if want(in) {
-			return in.Revision == target
-		}
-		return in.Revision == ""
-	}
-	ready := func(in Instance) bool { return onTarget(in) && (!want(in) || in.Running) }
 
 	// Finish batch entries that are done.
 	before := len(ro.Replacing)
