@@ -637,6 +637,9 @@ func TestFakeEventStreamBreaks(t *testing.T) {
 	task := newTestTask("evbreak", ctrDef("app", "busybox"))
 	h.e.SetDesired([]protocol.Task{task})
 	st := h.waitStatus(task.Arn, StatusRunning, wait)
+	// The engine may reach RUNNING before its event stream is open; a
+	// break before that would be lost.
+	waitFor(t, "the event stream open", wait, func() bool { return rt.streams() == 1 })
 	rt.mu.Lock()
 	rt.mute = true
 	rt.mu.Unlock()
