@@ -2,12 +2,6 @@ package control
 
 import (
 	"context"
-	"errors"
-	"slices"
-
-	"github.com/capstanhq/capstan/internal/api/shapes"
-
-	"github.com/capstanhq/capstan/internal/store"
 )
 
 // DaemonCount is how a daemon stands on the instances of one capacity
@@ -28,76 +22,33 @@ func (s *Service) DaemonCounts(ctx context.Context, cluster, daemon string, cpAr
 	for _, cp := range cpArns {
 		out[cp] = &DaemonCount{Running: map[string]int{}, Draining: map[string]int{}}
 	}
-	ctx, err := s.st.ReadOnly(ctx)
+	v, err := s.fleetView(ctx)
 	if err != nil {
 		return nil, err
 	}
-	items, _, err := store.List[instanceProbe](ctx, s.st, store.ContainerInstancePrefix(cluster), "", 0)
-	if err != nil {
-		return nil, err
-	}
-	for _, it := range items {
-		ci := it.Value
-		if ci.Status == "INACTIVE" || ci.CP == "" {
+	defer v.done()
+	c := v.cluster(cluster)
+	for _, fi := range c.instances {
+		if !fi.rec || fi.status == "INACTIVE" || fi.cp == "" {
 			continue
 		}
-		cpArn := s.arns.capacityProvider(ci.CP)
-		c, ok := out[cpArn]
-		if !ok || !slices.Contains(cpArns, cpArn) {
+		cpArn := s.arns.capacityProvider(fi.cp)
+		n, ok := out[cpArn]
+		if !ok {
 			continue
 		}
-		c.Instances++
-		rev, running, err := s.daemonOn(ctx, cluster, ci.ID, daemon)
-		if err != nil {
-			return nil, err
-		}
+		n.Instances++
+		rev, running := c.daemonOn(fi, daemon)
 		if running {
-			if ci.Status == "DRAINING" {
-				c.Draining[rev]++
+			if fi.status == "DRAINING" {
+				n.Draining[rev]++
 			} else {
-				c.Running[rev]++
+				n.Running[rev]++
 			}
 		}
-		if !running && ci.Status == "ACTIVE" {
-			c.WithoutDaemon++
+		if !running && fi.status == "ACTIVE" {
+			n.WithoutDaemon++
 		}
 	}
 	return out, nil
-}
-
-// instanceProbe is what counts and rollouts read of an instance: decoding
-// only these fields keeps a fleet-wide pass cheap.
-type instanceProbe struct {
-	ID           string           `json:"capstanId"`
-	Arn          string           `json:"containerInstanceArn"`
-	Status       string           `json:"status"`
-	CP           string           `json:"capacityProviderName"`
-	RegisteredAt shapes.Timestamp `json:"registeredAt"`
-	AccessKeyID  string           `json:"capstanAccessKeyId"`
-}
-
-type taskStatusProbe struct {
-	LastStatus    string `json:"lastStatus"`
-	DesiredStatus string `json:"desiredStatus"`
-}
-
-// daemonOn is the revision of a daemon's placement on an instance ("" for
-// none) and whether its task runs that revision and is RUNNING.
-func (s *Service) daemonOn(ctx context.Context, cluster, instance, daemon string) (rev string, running bool, err error) {
-	p, err := store.Get[DaemonPlacement](ctx, s.st, DaemonPlacementKey(cluster, instance, daemon))
-	if errors.Is(err, store.ErrNotFound) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, err
-	}
-	rev = p.Value.RevisionArn
-	if p.Value.TaskID == "" || (p.Value.TaskRevisionArn != "" && p.Value.TaskRevisionArn != rev) {
-		return rev, false, nil
-	}
-	t, err := store.Get[taskStatusProbe](ctx, s.st, store.TaskKey(cluster, p.Value.TaskID))
-	if errors.Is(err, store.ErrNotFound) {
-		return rev, false, nil
-	}
-	return rev, err == nil && t.Value.LastStatus == "RUNNING" && t.Value.DesiredStatus == "RUNNING", err
 }

@@ -1,7 +1,6 @@
 package control
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -109,23 +108,24 @@ func (s *Service) CapacityProvider(ctx context.Context, name string) (store.Capa
 // Endpoint is the URL agents reach the server at.
 func (s *Service) Endpoint() string { return s.endpoint }
 
-// noInstance is how a task without an instance is stored (store.Task
-// encodes capstanInstanceId always).
-var noInstance = []byte(`"capstanInstanceId":""`)
-
 // Waiting lists the tasks of a capacity provider that wait for an instance,
 // oldest first.
 func (s *Service) Waiting(ctx context.Context, cluster, cp string) ([]store.Task, error) {
-	// Called on every task change, over every task of the cluster: placed
-	// tasks (nearly all) are passed over on their bytes, undecoded.
-	items, err := store.ListMatch[store.Task](ctx, s.st, store.TaskPrefix(cluster), func(raw []byte) bool {
-		return bytes.Contains(raw, noInstance)
-	})
+	// Called on every task change: the fleet view names the few tasks
+	// without an instance, so only those are read.
+	ids, err := s.waitingIDs(ctx, cluster)
 	if err != nil {
 		return nil, err
 	}
 	var out []store.Task
-	for _, it := range items {
+	for _, id := range ids {
+		it, err := store.Get[store.Task](ctx, s.st, store.TaskKey(cluster, id))
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
 		if t := it.Value; t.InstanceID == "" && t.CapacityProviderName == cp && t.DesiredStatus == "RUNNING" && t.LastStatus != "STOPPED" {
 			out = append(out, t)
 		}
@@ -191,11 +191,11 @@ func (s *Service) PlaceWaiting(ctx context.Context, t store.Task) (placed bool, 
 		if err != nil {
 			return err
 		}
-		cands, instances, err := s.candidates(ctx, cur.Cluster, cur.Group, nil)
+		cands, err := s.candidates(ctx, cur.Cluster, cur.Group, nil)
 		if err != nil {
 			return err
 		}
-		cands = slices.DeleteFunc(cands, func(c *candidate) bool { return instances[c.id].Value.CapacityProviderName != cur.CapacityProviderName })
+		cands = slices.DeleteFunc(cands, func(c *candidate) bool { return c.cp != cur.CapacityProviderName })
 		rules := placementRules{}
 		if cur.Group != "" && len(cur.Group) > 8 && cur.Group[:8] == "service:" {
 			rules.strategy = []shapes.PlacementStrategy{{Type: "spread", Field: "instanceId"}}
@@ -204,7 +204,13 @@ func (s *Service) PlaceWaiting(ctx context.Context, t store.Task) (placed bool, 
 		if c == nil {
 			return nil
 		}
-		inst := instances[c.id]
+		inst, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cur.Cluster, c.id))
+		if err != nil {
+			return err
+		}
+		if inst.Rev != c.rev {
+			return store.ErrConflict // changed since the view was read
+		}
 		ci := inst.Value
 		rem := readResources(ci.RemainingResources)
 		rem.cpu -= n.cpu
@@ -234,6 +240,11 @@ func (s *Service) PlaceWaiting(ctx context.Context, t store.Task) (placed bool, 
 
 // Connected reports whether an instance's agent has a session.
 func (s *Service) Connected(ctx context.Context, cluster, id string) bool {
-	_, err := store.Get[store.Session](ctx, s.st, store.SessionKey(cluster, id))
-	return err == nil
+	v, err := s.fleetView(ctx)
+	if err != nil {
+		return false
+	}
+	defer v.done()
+	fi := v.cluster(cluster).instances[id]
+	return fi != nil && fi.connected
 }

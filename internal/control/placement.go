@@ -13,12 +13,23 @@ import (
 
 // candidate is an instance as placement sees it.
 type candidate struct {
-	id         string
-	cpu, mem   int             // remaining
-	taken      map[string]bool // "tcp/80" ports reserved or in use
-	attributes map[string]string
-	tasks      int // tasks placed on it (for spread)
-	groupTasks int // tasks of the same group (distinctInstance, spread)
+	id, cp     string
+	rev        int64             // of the instance record the view was read from
+	cpu, mem   int               // remaining
+	ports      []string          // reserved when read (shared, read-only)
+	extra      map[string]bool   // ports reserved since
+	attributes map[string]string // shared, read-only
+	tasks      int               // tasks placed on it (for spread)
+	groupTasks int               // tasks of the same group (distinctInstance, spread)
+}
+
+func (c *candidate) taken(p string) bool { return c.extra[p] || slices.Contains(c.ports, p) }
+
+func (c *candidate) take(p string) {
+	if c.extra == nil {
+		c.extra = map[string]bool{}
+	}
+	c.extra[p] = true
 }
 
 // need is what one task asks for.
@@ -77,73 +88,109 @@ func parsePlacement(strategies []shapes.PlacementStrategy, constraints []shapes.
 	return r, nil
 }
 
+// Reasons a candidate does not fit, in the order they are tested.
+const (
+	notDistinct = iota
+	notCPU
+	notMemory
+	notPorts
+	notMemberOf
+	notReasons
+)
+
 // place picks an instance for one task, or explains why none fits. The
-// default strategy is binpack on memory, then cpu.
+// default strategy is binpack on memory, then cpu. The first strategy
+// dominates, later ones break its ties, and what is still tied is broken
+// at random; one pass over the candidates, so a placement costs the same
+// whatever the fleet has already placed.
 func place(cands []*candidate, n need, rules placementRules, rnd *rand.Rand) (*candidate, string) {
-	var fits []*candidate
-	reasons := map[string]int{}
-	for _, c := range cands {
-		switch {
-		case rules.distinctInstance && c.groupTasks > 0:
-			reasons["distinctInstance placement constraint unsatisfied"]++
-		case c.cpu < n.cpu:
-			reasons[fmt.Sprintf("RESOURCE:CPU (needs %d units, largest free is %d)", n.cpu, maxFree(cands, func(c *candidate) int { return c.cpu }))]++
-		case c.mem < n.mem:
-			reasons[fmt.Sprintf("RESOURCE:MEMORY (needs %d MiB, largest free is %d MiB)", n.mem, maxFree(cands, func(c *candidate) int { return c.mem }))]++
-		case slices.ContainsFunc(n.ports, func(p string) bool { return c.taken[p] }):
-			reasons["RESOURCE:PORTS (a requested host port is taken)"]++
-		default:
-			fits = append(fits, c)
-		}
-	}
-	for _, m := range rules.memberOf {
-		fits = slices.DeleteFunc(fits, func(c *candidate) bool {
-			if !m.match(c.attributes) {
-				reasons["MemberOf placement constraint unsatisfied"]++
-				return true
-			}
-			return false
-		})
-	}
-	if len(fits) == 0 {
-		keys := make([]string, 0, len(reasons))
-		for k := range reasons {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		return nil, strings.Join(keys, "; ")
-	}
 	strategy := rules.strategy
 	if len(strategy) == 0 {
-		strategy = []shapes.PlacementStrategy{{Type: "binpack", Field: "memory"}, {Type: "binpack", Field: "cpu"}}
+		strategy = defaultStrategy
 	}
-	// Random order first, so ties break randomly; then stable sorts from the
-	// last strategy to the first make the first one dominant.
-	rnd.Shuffle(len(fits), func(i, j int) { fits[i], fits[j] = fits[j], fits[i] })
-	for i := len(strategy) - 1; i >= 0; i-- {
-		st := strategy[i]
-		var key func(*candidate) int
+	keys := make([]func(*candidate) int, 0, len(strategy))
+	for _, st := range strategy {
 		switch {
 		case st.Type == "binpack" && st.Field == "cpu":
-			key = func(c *candidate) int { return c.cpu - n.cpu }
+			keys = append(keys, func(c *candidate) int { return c.cpu - n.cpu })
 		case st.Type == "binpack":
-			key = func(c *candidate) int { return c.mem - n.mem }
+			keys = append(keys, func(c *candidate) int { return c.mem - n.mem })
 		case st.Type == "spread" && (st.Field == "instanceId" || st.Field == "host"):
-			key = func(c *candidate) int { return c.groupTasks }
+			keys = append(keys, func(c *candidate) int { return c.groupTasks })
 		case st.Type == "spread":
 			attr := strings.TrimPrefix(st.Field, "attribute:")
 			counts := map[string]int{}
 			for _, c := range cands {
 				counts[c.attributes[attr]] += c.groupTasks
 			}
-			key = func(c *candidate) int { return counts[c.attributes[attr]] }
-		default:
+			keys = append(keys, func(c *candidate) int { return counts[c.attributes[attr]] })
+		}
+	}
+	var reasons [notReasons]int
+	var best *candidate
+	var bestKey, key [5]int
+	ties := 0
+	for _, c := range cands {
+		switch {
+		case rules.distinctInstance && c.groupTasks > 0:
+			reasons[notDistinct]++
+			continue
+		case c.cpu < n.cpu:
+			reasons[notCPU]++
+			continue
+		case c.mem < n.mem:
+			reasons[notMemory]++
+			continue
+		case slices.ContainsFunc(n.ports, c.taken):
+			reasons[notPorts]++
 			continue
 		}
-		sort.SliceStable(fits, func(a, b int) bool { return key(fits[a]) < key(fits[b]) })
+		if !slices.ContainsFunc(rules.memberOf, func(m instanceFilter) bool { return !m.match(c.attributes) }) {
+			for i, k := range keys {
+				key[i] = k(c)
+			}
+		} else {
+			reasons[notMemberOf]++
+			continue
+		}
+		cmp := 0
+		if best != nil {
+			cmp = slices.Compare(key[:len(keys)], bestKey[:len(keys)])
+		}
+		switch {
+		case best == nil || cmp < 0:
+			best, bestKey, ties = c, key, 1
+		case cmp == 0:
+			ties++
+			if rnd.IntN(ties) == 0 {
+				best = c
+			}
+		}
 	}
-	return fits[0], ""
+	if best != nil {
+		return best, ""
+	}
+	var why []string
+	if reasons[notCPU] > 0 {
+		why = append(why, fmt.Sprintf("RESOURCE:CPU (needs %d units, largest free is %d)", n.cpu, maxFree(cands, func(c *candidate) int { return c.cpu })))
+	}
+	if reasons[notMemory] > 0 {
+		why = append(why, fmt.Sprintf("RESOURCE:MEMORY (needs %d MiB, largest free is %d MiB)", n.mem, maxFree(cands, func(c *candidate) int { return c.mem })))
+	}
+	if reasons[notPorts] > 0 {
+		why = append(why, "RESOURCE:PORTS (a requested host port is taken)")
+	}
+	if reasons[notMemberOf] > 0 {
+		why = append(why, "MemberOf placement constraint unsatisfied")
+	}
+	if reasons[notDistinct] > 0 {
+		why = append(why, "distinctInstance placement constraint unsatisfied")
+	}
+	sort.Strings(why)
+	return nil, strings.Join(why, "; ")
 }
+
+var defaultStrategy = []shapes.PlacementStrategy{{Type: "binpack", Field: "memory"}, {Type: "binpack", Field: "cpu"}}
 
 func maxFree(cands []*candidate, f func(*candidate) int) int {
 	m := 0

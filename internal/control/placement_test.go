@@ -10,9 +10,9 @@ import (
 
 func cands() []*candidate {
 	return []*candidate{
-		{id: "a", cpu: 1024, mem: 512, taken: map[string]bool{"tcp/80": true}, attributes: map[string]string{"zone": "x"}},
-		{id: "b", cpu: 4096, mem: 4096, taken: map[string]bool{}, attributes: map[string]string{"zone": "y"}, groupTasks: 2},
-		{id: "c", cpu: 2048, mem: 1024, taken: map[string]bool{}, attributes: map[string]string{"zone": "y"}},
+		{id: "a", cpu: 1024, mem: 512, ports: []string{"tcp/80"}, attributes: map[string]string{"zone": "x"}},
+		{id: "b", cpu: 4096, mem: 4096, attributes: map[string]string{"zone": "y"}, groupTasks: 2},
+		{id: "c", cpu: 2048, mem: 1024, attributes: map[string]string{"zone": "y"}},
 	}
 }
 

@@ -39,31 +39,28 @@ func (s *Service) managedKey(ctx context.Context, accessKeyID string) bool {
 
 func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment) ([]deployments.Instance, error) {
 	s := f.s
-	ctx, err := s.st.ReadOnly(ctx)
+	v, err := s.fleetView(ctx)
 	if err != nil {
 		return nil, err
 	}
-	items, _, err := store.List[instanceProbe](ctx, s.st, store.ContainerInstancePrefix(dep.Cluster), "", 0)
-	if err != nil {
-		return nil, err
-	}
+	defer v.done()
+	c := v.cluster(dep.Cluster)
 	var out []deployments.Instance
-	for _, it := range items {
-		ci := it.Value
-		if ci.Status == "INACTIVE" || ci.CP == "" {
+	for _, fi := range c.instances {
+		if !fi.rec || fi.status == "INACTIVE" || fi.cp == "" {
 			continue
 		}
-		cp := s.arns.capacityProvider(ci.CP)
+		cp := s.arns.capacityProvider(fi.cp)
 		if !slices.Contains(dep.CapacityProviderArns, cp) {
 			continue
 		}
-		in := deployments.Instance{ID: ci.ID, Arn: ci.Arn, CapacityProvider: cp, Status: ci.Status,
-			RegisteredAt: ci.RegisteredAt.Time, Managed: s.managedKey(ctx, ci.AccessKeyID), Connected: s.Connected(ctx, dep.Cluster, ci.ID)}
-		if in.Revision, in.Running, err = s.daemonOn(ctx, dep.Cluster, ci.ID, dep.Daemon); err != nil {
-			return nil, err
-		}
+		in := deployments.Instance{ID: fi.id, Arn: fi.arn, CapacityProvider: cp, Status: fi.status,
+			RegisteredAt: fi.registeredAt, Managed: v.f.managed[fi.accessKeyID], Connected: fi.connected}
+		in.Revision, in.Running = c.daemonOn(fi, dep.Daemon)
 		out = append(out, in)
 	}
+	// Key order, as the records list.
+	slices.SortFunc(out, func(a, b deployments.Instance) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 

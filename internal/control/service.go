@@ -44,6 +44,7 @@ type Service struct {
 	// endpoint is what DiscoverPollEndpoint answers.
 	endpoint string
 	events   *Emitter
+	fleet    *fleet
 
 	alarmSource      bool
 	progressDeadline time.Duration
@@ -69,6 +70,8 @@ func New(cfg Config) *Service {
 		progressDeadline: cfg.ProgressDeadline,
 	}
 	s.events = newEmitter(s.st, s.log, s.now, s.arns, cfg.EventRetention)
+	s.fleet = newFleet()
+	s.fleet.attach(s.st)
 	return s
 }
 

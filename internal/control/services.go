@@ -11,6 +11,7 @@ import (
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/fault"
+	"github.com/capstanhq/capstan/internal/controller/services"
 	"github.com/capstanhq/capstan/internal/store"
 	"github.com/capstanhq/capstan/internal/taskdef"
 )
@@ -672,15 +673,16 @@ type groupProbe struct {
 	Group string `json:"group"`
 }
 
-// tasksByGroup lists a cluster's tasks of the given groups by group.
-func (s *Service) tasksByGroup(ctx context.Context, cluster string, groups ...string) (map[string][]store.Task, error) {
-	items, err := store.ListWhere[store.Task](ctx, s.st, store.TaskPrefix(cluster), func(p groupProbe) bool { return slices.Contains(groups, p.Group) })
-	if err != nil {
-		return nil, err
-	}
-	m := map[string][]store.Task{}
-	for _, it := range items {
-		m[it.Value.Group] = append(m[it.Value.Group], it.Value)
+// tasksByGroup lists a cluster's tasks of the given groups by group, from
+// the fleet view.
+func (s *Service) tasksByGroup(ctx context.Context, cluster string, groups ...string) (map[string][]services.Task, error) {
+	m := map[string][]services.Task{}
+	for _, g := range groups {
+		ts, err := s.PlanTasks(ctx, cluster, g)
+		if err != nil {
+			return nil, err
+		}
+		m[g] = ts
 	}
 	return m, nil
 }
@@ -688,22 +690,22 @@ func (s *Service) tasksByGroup(ctx context.Context, cluster string, groups ...st
 // serviceView is the API view of a service, with counts derived from its
 // tasks: RUNNING ones are running, wanted ones not yet RUNNING are pending.
 // An ACTIVE (older) deployment wants the tasks it still has.
-func (s *Service) serviceView(svc store.Service, tasks []store.Task, events []shapes.ServiceEvent, tags bool) shapes.Service {
+func (s *Service) serviceView(svc store.Service, tasks []services.Task, events []shapes.ServiceEvent, tags bool) shapes.Service {
 	v := svc.Service
 	type counts struct{ running, pending, live, failed int32 }
 	per := map[string]*counts{}
 	var running, pending int32
 	for _, t := range tasks {
-		c := per[t.StartedBy]
+		c := per[t.Deployment]
 		if c == nil {
 			c = &counts{}
-			per[t.StartedBy] = c
+			per[t.Deployment] = c
 		}
 		switch {
 		case t.LastStatus == "RUNNING":
 			running++
 			c.running++
-		case t.LastStatus != "STOPPED" && t.DesiredStatus == "RUNNING":
+		case t.LastStatus != "STOPPED" && t.Desired == "RUNNING":
 			pending++
 			c.pending++
 		}
@@ -751,7 +753,7 @@ func (s *Service) serviceView(svc store.Service, tasks []store.Task, events []sh
 }
 
 // failedLaunch reports a task that stopped on its own before it ran.
-func failedLaunch(t store.Task) bool {
+func failedLaunch(t services.Task) bool {
 	return t.StopCode == "TaskFailedToStart" || t.StopCode == "EssentialContainerExited" && t.StartedAt.IsZero()
 }
 

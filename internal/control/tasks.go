@@ -274,7 +274,7 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 		if group == "" {
 			group = "family:" + def.Family
 		}
-		cands, instances, err := s.candidates(ctx, cluster, group, r.instances)
+		cands, err := s.candidates(ctx, cluster, group, r.instances)
 		if err != nil {
 			return err
 		}
@@ -286,9 +286,26 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 			if !slices.Contains(cl.Value.CapacityProviders, cp.Value.Name) {
 				return fault.Invalid("capacityProviderStrategy[0].capacityProvider", "capacity provider %q is not associated with cluster %q", cp.Value.Name, cluster)
 			}
-			cands = slices.DeleteFunc(cands, func(c *candidate) bool { return instances[c.id].Value.CapacityProviderName != r.capacityProvider })
+			cands = slices.DeleteFunc(cands, func(c *candidate) bool { return c.cp != r.capacityProvider })
 		} else if len(cands) == 0 {
 			return errNoInstances
+		}
+		// instances are the records of instances placed on, read as the
+		// placement view saw them (or as this call last wrote them).
+		instances := map[string]store.Item[store.ContainerInstance]{}
+		instanceOf := func(c *candidate) (store.Item[store.ContainerInstance], error) {
+			if it, ok := instances[c.id]; ok {
+				return it, nil
+			}
+			it, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cluster, c.id))
+			if err != nil {
+				return it, err
+			}
+			if it.Rev != c.rev {
+				return it, store.ErrConflict // changed since the view was read
+			}
+			instances[c.id] = it
+			return it, nil
 		}
 		newTx := func() *store.Txn {
 			tx := s.st.Txn().Unchanged(cl.Key, cl.Rev).Unchanged(td.Key, td.Rev)
@@ -299,18 +316,17 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 		}
 		tx := newTx()
 		var chunk []shapes.Task
-		touched := map[string]bool{}
+		touched := map[*candidate]bool{}
 		// commit writes the tasks placed so far with their instances' new
 		// remaining resources, and keeps the instances' new revisions for
 		// the next chunk.
 		commit := func() error {
-			for id := range touched {
-				it := instances[id]
+			for c := range touched {
+				it := instances[c.id]
 				ci := it.Value
-				c := cands[slices.IndexFunc(cands, func(c *candidate) bool { return c.id == id })]
 				rem := readResources(ci.RemainingResources)
 				rem.cpu, rem.memory = c.cpu, c.mem
-				for p := range c.taken {
+				for p := range c.extra {
 					if !slices.Contains(rem.ports, p) {
 						rem.ports = append(rem.ports, p)
 					}
@@ -321,19 +337,19 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 				ci.Version = &v
 				tx.Update(it.Key, it.Rev, ci)
 				it.Value = ci
-				instances[id] = it
+				instances[c.id] = it
 			}
 			rev, err := tx.Commit(ctx)
 			if err != nil {
 				return err
 			}
-			for id := range touched {
-				it := instances[id]
+			for c := range touched {
+				it := instances[c.id]
 				it.Rev = rev
-				instances[id] = it
+				instances[c.id] = it
 			}
 			committed = append(committed, chunk...)
-			chunk, touched, tx = nil, map[string]bool{}, newTx()
+			chunk, touched, tx = nil, map[*candidate]bool{}, newTx()
 			return nil
 		}
 		rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
@@ -368,14 +384,18 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 				}
 				continue
 			}
+			ci, err := instanceOf(c)
+			if err != nil {
+				return err
+			}
 			c.cpu -= n.cpu
 			c.mem -= n.mem
 			for _, p := range n.ports {
-				c.taken[p] = true
+				c.take(p)
 			}
 			c.groupTasks++
-			touched[c.id] = true
-			t, desired := s.newTask(cluster, cl.Value.ClusterArn, instances[c.id].Value, td.Value, group, r, n)
+			touched[c] = true
+			t, desired := s.newTask(cluster, cl.Value.ClusterArn, ci.Value, td.Value, group, r, n)
 			tx.Create(store.TaskKey(cluster, t.ID), t)
 			tx.Create(store.DesiredKey(cluster, c.id, t.ID), desired)
 			chunk = append(chunk, s.taskView(t, true))
@@ -399,63 +419,52 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 const startChunk = 40
 
 // candidates are the instances that can take new tasks: ACTIVE, with a
-// connected agent (or exactly the named ones for StartTask).
-func (s *Service) candidates(ctx context.Context, cluster, group string, named []string) ([]*candidate, map[string]store.Item[store.ContainerInstance], error) {
-	items, _, err := store.List[store.ContainerInstance](ctx, s.st, store.ContainerInstancePrefix(cluster), "", 0)
+// connected agent (or exactly the named ones for StartTask), from the
+// fleet view.
+func (s *Service) candidates(ctx context.Context, cluster, group string, named []string) ([]*candidate, error) {
+	ids := make([]string, len(named))
+	for i, ref := range named {
+		id, err := s.instanceID(fieldIndex("containerInstances", i), cluster, ref)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	v, err := s.fleetView(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	byID := map[string]store.Item[store.ContainerInstance]{}
-	for _, it := range items {
-		byID[it.Value.ID] = it
-	}
-	var ids []string
-	if named != nil {
-		for i, ref := range named {
-			id, err := s.instanceID(fieldIndex("containerInstances", i), cluster, ref)
-			if err != nil {
-				return nil, nil, err
+	defer v.done()
+	c := v.cluster(cluster)
+	cand := func(fi *fleetInstance) *candidate {
+		cd := &candidate{id: fi.id, cp: fi.cp, rev: fi.rev, cpu: fi.cpu, mem: fi.mem, ports: fi.ports, attributes: fi.attributes, tasks: len(fi.desired)}
+		for id := range fi.desired {
+			if t := c.tasks[id]; t != nil && t.group == group {
+				cd.groupTasks++
 			}
-			it, ok := byID[id]
-			if !ok || it.Value.Status != "ACTIVE" {
-				return nil, nil, fault.Invalid(fieldIndex("containerInstances", i), "container instance %s is not ACTIVE in cluster %q", id, cluster)
-			}
-			ids = append(ids, id)
 		}
-	} else {
-		for _, it := range items {
-			if it.Value.Status != "ACTIVE" {
-				continue
-			}
-			if _, err := store.Get[store.Session](ctx, s.st, store.SessionKey(cluster, it.Value.ID)); err != nil {
-				continue // agent not connected
-			}
-			ids = append(ids, it.Value.ID)
-		}
+		return cd
 	}
 	var cands []*candidate
-	for _, id := range ids {
-		ci := byID[id].Value
-		rem := readResources(ci.RemainingResources)
-		c := &candidate{id: id, cpu: rem.cpu, mem: rem.memory, taken: map[string]bool{}, attributes: attributeMap(ci)}
-		for _, p := range rem.ports {
-			c.taken[p] = true
-		}
-		// Only the group counts here: the whole desired task (definition
-		// and all) is not decoded, for every instance of the cluster.
-		desired, _, err := store.List[groupProbe](ctx, s.st, store.DesiredPrefix(cluster, id), "", 0)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, d := range desired {
-			c.tasks++
-			if d.Value.Group == group {
-				c.groupTasks++
+	if named != nil {
+		for i, id := range ids {
+			fi := c.instances[id]
+			if fi == nil || !fi.rec || fi.status != "ACTIVE" {
+				return nil, fault.Invalid(fieldIndex("containerInstances", i), "container instance %s is not ACTIVE in cluster %q", id, cluster)
 			}
+			cands = append(cands, cand(fi))
 		}
-		cands = append(cands, c)
+		return cands, nil
 	}
-	return cands, byID, nil
+	for _, fi := range c.instances {
+		if fi.rec && fi.status == "ACTIVE" && fi.connected {
+			cands = append(cands, cand(fi))
+		}
+	}
+	// Instance ID order, so that what only the random tie-break decides
+	// does not also depend on map order.
+	slices.SortFunc(cands, func(a, b *candidate) int { return strings.Compare(a.id, b.id) })
+	return cands, nil
 }
 
 // newTask builds the task record and the desired entry its agent reads.

@@ -44,6 +44,7 @@ type cache struct {
 	// agent session holds two).
 	byPrefix map[string]map[*Subscription]struct{}
 	lens     map[int]int // prefix length → subscriptions of that length
+	indexes  []index
 }
 
 // addSub and removeSub keep the index; c.mu is held.
@@ -108,6 +109,9 @@ func (c *cache) load(ctx context.Context) error {
 	c.tree = tree
 	c.rev = resp.Header.Revision
 	c.loaded = true
+	for _, x := range c.indexes {
+		c.replay(x)
+	}
 	for s := range c.subs {
 		s.resyncNow()
 	}
@@ -168,6 +172,7 @@ func (c *cache) apply(events []*clientv3.Event, rev int64) {
 			c.tree.Delete(kv{key: k})
 			change = Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Deleted: true}
 		}
+		c.indexChange(change)
 		c.offer(change)
 	}
 	if rev > c.rev {

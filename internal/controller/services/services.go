@@ -32,6 +32,9 @@ type Tasks interface {
 	StartServiceTasks(ctx context.Context, svc store.Item[store.Service], n int) (started, unplaced []string, err error)
 	// StopServiceTasks stops tasks, each still at the revision given.
 	StopServiceTasks(ctx context.Context, svc store.Item[store.Service], tasks []store.Item[store.Task], reason string) error
+	// PlanTasks are the tasks of a group (stopped ones included) as
+	// planning reads them, current with every write this process made.
+	PlanTasks(ctx context.Context, cluster, group string) ([]Task, error)
 }
 
 // Reconciler applies Decide to one service per call.
@@ -153,19 +156,9 @@ func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, error
 	if svc.Status == "INACTIVE" {
 		return r.expire(ctx, it, now)
 	}
-	items, err := r.tasks(ctx, svc)
+	tasks, err := r.Tasks.PlanTasks(ctx, svc.Cluster, "service:"+svc.ServiceName)
 	if err != nil {
 		return 0, err
-	}
-	instances, err := r.instances(ctx, svc.Cluster)
-	if err != nil {
-		return 0, err
-	}
-	tasks := make([]Task, len(items))
-	byID := make(map[string]store.Item[store.Task], len(items))
-	for i, t := range items {
-		tasks[i] = planTask(t.Value, instances)
-		byID[t.Value.ID] = t
 	}
 	sp := spec(svc)
 	plan := Decide(sp, tasks, now)
@@ -186,10 +179,19 @@ func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, error
 		var batch []store.Item[store.Task]
 		var ids []string
 		for _, s := range stops {
-			if s.Reason == reason {
-				batch = append(batch, byID[s.ID])
-				ids = append(ids, s.ID)
+			if s.Reason != reason {
+				continue
 			}
+			// Read at its revision now: the stop is checked against it.
+			t, err := store.Get[store.Task](ctx, r.Store, store.TaskKey(svc.Cluster, s.ID))
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return fail(err)
+			}
+			batch = append(batch, t)
+			ids = append(ids, s.ID)
 		}
 		if len(batch) == 0 {
 			continue
@@ -340,21 +342,9 @@ func spec(svc store.Service) Spec {
 	return sp
 }
 
-// waitingForCapacity stands for the instance of a task that waits for a
+// WaitingForCapacity stands for the instance of a task that waits for a
 // managed instance to be provisioned: it is pending, not orphaned.
-const waitingForCapacity = "PROVISIONING"
-
-func planTask(t store.Task, instances map[string]string) Task {
-	inst := instances[t.InstanceID]
-	if t.InstanceID == "" && t.CapacityProviderName != "" {
-		inst = waitingForCapacity
-	}
-	return Task{
-		ID: t.ID, Deployment: t.StartedBy, LastStatus: t.LastStatus, Desired: t.DesiredStatus, Health: t.HealthStatus,
-		Instance: inst, StopCode: t.StopCode,
-		CreatedAt: t.CreatedAt.Time, StartedAt: t.StartedAt.Time, StoppedAt: t.StoppedAt.Time,
-	}
-}
+const WaitingForCapacity = "PROVISIONING"
 
 // settle records what the plan says about the service itself: drained
 // deployments leave the list, the primary rollout completes when the
@@ -401,37 +391,6 @@ func (r *Reconciler) expire(ctx context.Context, it store.Item[store.Service], n
 	}
 	_, err := tx.Commit(ctx)
 	return 0, err
-}
-
-// tasks lists the service's tasks, stopped ones included (launch
-// throttling reads them).
-func (r *Reconciler) tasks(ctx context.Context, svc store.Service) ([]store.Item[store.Task], error) {
-	group := "service:" + svc.ServiceName
-	return store.ListWhere[store.Task](ctx, r.Store, store.TaskPrefix(svc.Cluster), func(p struct {
-		Group string `json:"group"`
-	}) bool {
-		return p.Group == group
-	})
-}
-
-// instances maps the cluster's instance IDs to their status; INACTIVE
-// instances are left out, as gone.
-func (r *Reconciler) instances(ctx context.Context, cluster string) (map[string]string, error) {
-	// Two fields of every instance, on every reconcile: decode no more.
-	items, _, err := store.List[struct {
-		ID     string `json:"capstanId"`
-		Status string `json:"status"`
-	}](ctx, r.Store, store.ContainerInstancePrefix(cluster), "", 0)
-	if err != nil {
-		return nil, err
-	}
-	m := make(map[string]string, len(items))
-	for _, it := range items {
-		if it.Value.Status != "INACTIVE" {
-			m[it.Value.ID] = it.Value.Status
-		}
-	}
-	return m, nil
 }
 
 // record adds events to the service's list on their own.

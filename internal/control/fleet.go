@@ -1,0 +1,394 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/controller/services"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// fleet is the control plane's running view of every cluster's instances:
+// status, free resources, session, the tasks meant for each and its daemon
+// placements. The store feeds it every change as the cache applies it, so
+// placement, daemon counts and rollouts read a fleet-wide view at the cost
+// of walking structs instead of decoding every record on every call. The
+// records stay the truth: writes are still revision-checked against them.
+type fleet struct {
+	mu       sync.RWMutex
+	clusters map[string]*fleetCluster
+	managed  map[string]bool // agent access key → provisioned by Capstan
+}
+
+type fleetCluster struct {
+	instances map[string]*fleetInstance
+	tasks     map[string]*fleetTask
+	// groups indexes tasks by group; waiting holds the tasks without an
+	// instance (waiting for capacity, or never placed).
+	groups  map[string]map[string]struct{}
+	waiting map[string]struct{}
+}
+
+// fleetInstance mirrors one instance's records. An entry may exist before
+// or after its instance record (a session or placement seen first); rec
+// says whether the record is there.
+type fleetInstance struct {
+	rec          bool
+	rev          int64 // of the instance record
+	id, arn      string
+	status, cp   string
+	accessKeyID  string
+	registeredAt time.Time
+	cpu, mem     int
+	ports        []string
+	attributes   map[string]string // shared read-only with readers
+	connected    bool
+	desired      map[string]struct{}        // task IDs in the manifest
+	placements   map[string]DaemonPlacement // by daemon
+}
+
+func (fi *fleetInstance) empty() bool {
+	return !fi.rec && !fi.connected && len(fi.desired) == 0 && len(fi.placements) == 0
+}
+
+// fleetTask is what planning reads of a task.
+type fleetTask struct {
+	id, group, instance, cp string
+	last, desiredStatus     string
+	health, stopCode        string
+	startedBy               string
+	createdAt, startedAt    time.Time
+	stoppedAt               time.Time
+}
+
+func newFleet() *fleet {
+	return &fleet{clusters: map[string]*fleetCluster{}, managed: map[string]bool{}}
+}
+
+// attach registers the fleet with the store.
+func (f *fleet) attach(st *store.Store) {
+	for _, p := range []string{"containerinstances/", "sessions/", "desired/", "daemonplacements/", "tasks/", "credentials/"} {
+		st.AddIndex(p, fleetIndex{f: f, kind: p})
+	}
+}
+
+type fleetIndex struct {
+	f    *fleet
+	kind string
+}
+
+func (x fleetIndex) Reset() {
+	f := x.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch x.kind {
+	case "credentials/":
+		clear(f.managed)
+		return
+	}
+	for _, c := range f.clusters {
+		for id, fi := range c.instances {
+			switch x.kind {
+			case "containerinstances/":
+				fi.rec = false
+			case "sessions/":
+				fi.connected = false
+			case "desired/":
+				fi.desired = nil
+			case "daemonplacements/":
+				fi.placements = nil
+			}
+			if fi.empty() {
+				delete(c.instances, id)
+			}
+		}
+		if x.kind == "tasks/" {
+			clear(c.tasks)
+			clear(c.groups)
+			clear(c.waiting)
+		}
+	}
+}
+
+func (x fleetIndex) Put(key string, value []byte, rev int64) { x.f.change(x.kind, key, value, rev) }
+func (x fleetIndex) Delete(key string)                       { x.f.change(x.kind, key, nil, 0) }
+
+func (f *fleet) cluster(name string) *fleetCluster {
+	c := f.clusters[name]
+	if c == nil {
+		c = &fleetCluster{instances: map[string]*fleetInstance{}, tasks: map[string]*fleetTask{},
+			groups: map[string]map[string]struct{}{}, waiting: map[string]struct{}{}}
+		f.clusters[name] = c
+	}
+	return c
+}
+
+func (c *fleetCluster) ungroup(t *fleetTask) {
+	if g := c.groups[t.group]; g != nil {
+		delete(g, t.id)
+		if len(g) == 0 {
+			delete(c.groups, t.group)
+		}
+	}
+}
+
+func (c *fleetCluster) instance(id string) *fleetInstance {
+	fi := c.instances[id]
+	if fi == nil {
+		fi = &fleetInstance{id: id}
+		c.instances[id] = fi
+	}
+	return fi
+}
+
+// fleetInstanceProbe is what the fleet reads of an instance record.
+type fleetInstanceProbe struct {
+	ID                 string             `json:"capstanId"`
+	Arn                string             `json:"containerInstanceArn"`
+	Status             string             `json:"status"`
+	CP                 string             `json:"capacityProviderName"`
+	RegisteredAt       shapes.Timestamp   `json:"registeredAt"`
+	AccessKeyID        string             `json:"capstanAccessKeyId"`
+	RemainingResources []shapes.Resource  `json:"remainingResources"`
+	Attributes         []shapes.Attribute `json:"attributes"`
+}
+
+type fleetTaskProbe struct {
+	Group         string           `json:"group"`
+	InstanceID    string           `json:"capstanInstanceId"`
+	CP            string           `json:"capacityProviderName"`
+	LastStatus    string           `json:"lastStatus"`
+	DesiredStatus string           `json:"desiredStatus"`
+	Health        string           `json:"healthStatus"`
+	StopCode      string           `json:"stopCode"`
+	StartedBy     string           `json:"startedBy"`
+	CreatedAt     shapes.Timestamp `json:"createdAt"`
+	StartedAt     shapes.Timestamp `json:"startedAt"`
+	StoppedAt     shapes.Timestamp `json:"stoppedAt"`
+}
+
+// change applies one record change (value nil: deleted). Keys that do not
+// parse are ignored: the index only ever narrows what readers look at.
+func (f *fleet) change(kind, key string, value []byte, rev int64) {
+	parts := strings.Split(key, "/")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch kind {
+	case "credentials/":
+		if len(parts) != 2 {
+			return
+		}
+		var c struct {
+			Managed bool `json:"managed"`
+		}
+		if value == nil || json.Unmarshal(value, &c) != nil || !c.Managed {
+			delete(f.managed, parts[1])
+		} else {
+			f.managed[parts[1]] = true
+		}
+	case "containerinstances/":
+		if len(parts) != 3 {
+			return
+		}
+		c := f.cluster(parts[1])
+		fi := c.instance(parts[2])
+		var p fleetInstanceProbe
+		if value == nil || json.Unmarshal(value, &p) != nil {
+			fi.rec = false
+			if fi.empty() {
+				delete(c.instances, parts[2])
+			}
+			return
+		}
+		rem := readResources(p.RemainingResources)
+		attrs := make(map[string]string, len(p.Attributes)+1)
+		for _, a := range p.Attributes {
+			attrs[a.Name] = a.Value
+		}
+		attrs["ecs.instance-id"] = parts[2]
+		fi.rev = rev
+		fi.rec, fi.arn, fi.status, fi.cp, fi.accessKeyID = true, p.Arn, p.Status, p.CP, p.AccessKeyID
+		fi.registeredAt = p.RegisteredAt.Time
+		fi.cpu, fi.mem, fi.ports, fi.attributes = rem.cpu, rem.memory, rem.ports, attrs
+	case "sessions/":
+		if len(parts) != 3 {
+			return
+		}
+		c := f.cluster(parts[1])
+		fi := c.instance(parts[2])
+		fi.connected = value != nil
+		if fi.empty() {
+			delete(c.instances, parts[2])
+		}
+	case "desired/":
+		if len(parts) != 4 {
+			return
+		}
+		c := f.cluster(parts[1])
+		fi := c.instance(parts[2])
+		if value == nil {
+			delete(fi.desired, parts[3])
+			if fi.empty() {
+				delete(c.instances, parts[2])
+			}
+			return
+		}
+		if fi.desired == nil {
+			fi.desired = map[string]struct{}{}
+		}
+		fi.desired[parts[3]] = struct{}{}
+	case "daemonplacements/":
+		if len(parts) != 4 {
+			return
+		}
+		c := f.cluster(parts[1])
+		fi := c.instance(parts[2])
+		var p DaemonPlacement
+		if value == nil || json.Unmarshal(value, &p) != nil {
+			delete(fi.placements, parts[3])
+			if fi.empty() {
+				delete(c.instances, parts[2])
+			}
+			return
+		}
+		if fi.placements == nil {
+			fi.placements = map[string]DaemonPlacement{}
+		}
+		fi.placements[parts[3]] = p
+	case "tasks/":
+		if len(parts) != 3 {
+			return
+		}
+		c := f.cluster(parts[1])
+		id := parts[2]
+		var p fleetTaskProbe
+		if value == nil || json.Unmarshal(value, &p) != nil {
+			if t := c.tasks[id]; t != nil {
+				c.ungroup(t)
+			}
+			delete(c.tasks, id)
+			delete(c.waiting, id)
+			return
+		}
+		t := c.tasks[id]
+		if t == nil {
+			t = &fleetTask{id: id}
+			c.tasks[id] = t
+		} else if t.group != p.Group {
+			c.ungroup(t)
+		}
+		g := c.groups[p.Group]
+		if g == nil {
+			g = map[string]struct{}{}
+			c.groups[p.Group] = g
+		}
+		g[id] = struct{}{}
+		t.group, t.instance, t.cp = p.Group, p.InstanceID, p.CP
+		t.last, t.desiredStatus = intern(p.LastStatus), intern(p.DesiredStatus)
+		t.health, t.stopCode, t.startedBy = p.Health, p.StopCode, p.StartedBy
+		t.createdAt, t.startedAt, t.stoppedAt = p.CreatedAt.Time, p.StartedAt.Time, p.StoppedAt.Time
+		if p.InstanceID == "" {
+			c.waiting[id] = struct{}{}
+		} else {
+			delete(c.waiting, id)
+		}
+	}
+}
+
+// intern shares the handful of status strings instead of keeping a copy
+// per task.
+func intern(s string) string {
+	switch s {
+	case "PROVISIONING", "PENDING", "ACTIVATING", "RUNNING", "DEACTIVATING", "STOPPING", "DEPROVISIONING", "STOPPED":
+		return statusNames[s]
+	}
+	return s
+}
+
+var statusNames = map[string]string{"PROVISIONING": "PROVISIONING", "PENDING": "PENDING", "ACTIVATING": "ACTIVATING",
+	"RUNNING": "RUNNING", "DEACTIVATING": "DEACTIVATING", "STOPPING": "STOPPING", "DEPROVISIONING": "DEPROVISIONING", "STOPPED": "STOPPED"}
+
+// fleetView is a read of the fleet after this process's writes have
+// reached it; release it with done.
+type fleetView struct {
+	f *fleet
+}
+
+// view waits for the store and locks the fleet for reading.
+func (s *Service) fleetView(ctx context.Context) (fleetView, error) {
+	if err := s.st.Sync(ctx); err != nil {
+		return fleetView{}, err
+	}
+	s.fleet.mu.RLock()
+	return fleetView{s.fleet}, nil
+}
+
+func (v fleetView) done() { v.f.mu.RUnlock() }
+
+func (v fleetView) cluster(name string) *fleetCluster {
+	if c := v.f.clusters[name]; c != nil {
+		return c
+	}
+	return &fleetCluster{}
+}
+
+// daemonOn is the revision of a daemon's placement on an instance ("" for
+// none) and whether its task runs that revision and is RUNNING.
+func (c *fleetCluster) daemonOn(fi *fleetInstance, daemon string) (rev string, running bool) {
+	p, ok := fi.placements[daemon]
+	if !ok {
+		return "", false
+	}
+	if p.TaskID == "" || (p.TaskRevisionArn != "" && p.TaskRevisionArn != p.RevisionArn) {
+		return p.RevisionArn, false
+	}
+	t := c.tasks[p.TaskID]
+	return p.RevisionArn, t != nil && t.last == "RUNNING" && t.desiredStatus == "RUNNING"
+}
+
+// PlanTasks are a group's tasks as the services controller plans with
+// them (stopped ones included), from the fleet view: a service's tasks
+// without decoding the cluster's task records on every reconcile.
+func (s *Service) PlanTasks(ctx context.Context, cluster, group string) ([]services.Task, error) {
+	v, err := s.fleetView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer v.done()
+	c := v.cluster(cluster)
+	out := make([]services.Task, 0, len(c.groups[group]))
+	for id := range c.groups[group] {
+		t := c.tasks[id]
+		pt := services.Task{ID: id, Deployment: t.startedBy, LastStatus: t.last, Desired: t.desiredStatus, Health: t.health,
+			StopCode: t.stopCode, CreatedAt: t.createdAt, StartedAt: t.startedAt, StoppedAt: t.stoppedAt}
+		switch fi := c.instances[t.instance]; {
+		case t.instance == "" && t.cp != "":
+			pt.Instance = services.WaitingForCapacity
+		case fi != nil && fi.rec && fi.status != "INACTIVE":
+			pt.Instance = fi.status
+		}
+		out = append(out, pt)
+	}
+	slices.SortFunc(out, func(a, b services.Task) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// waitingIDs are the cluster's tasks without an instance.
+func (s *Service) waitingIDs(ctx context.Context, cluster string) ([]string, error) {
+	v, err := s.fleetView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer v.done()
+	c := v.cluster(cluster)
+	ids := make([]string, 0, len(c.waiting))
+	for id := range c.waiting {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}

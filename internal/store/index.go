@@ -1,0 +1,65 @@
+package store
+
+import (
+	"context"
+	"strings"
+)
+
+// Indexer keeps a derived view of the state (counts, free resources) that
+// would otherwise be recomputed from every record on every read. The cache
+// hands it each change as it applies it, under its own lock, so a read
+// after Sync sees the index as current as the cache. Its methods must be
+// quick and must not call the store.
+type Indexer interface {
+	// Reset forgets everything: the cache reloaded. Every key follows as
+	// a Put.
+	Reset()
+	Put(key string, value []byte, rev int64)
+	Delete(key string)
+}
+
+// AddIndex feeds ix every key under prefix now and every change from here
+// on.
+func (s *Store) AddIndex(prefix string, ix Indexer) {
+	c := s.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.indexes = append(c.indexes, index{prefix: prefix, ix: ix})
+	c.replay(index{prefix: prefix, ix: ix})
+}
+
+// Sync waits until the cache, and so every index, reflects every write
+// this process has committed.
+func (s *Store) Sync(ctx context.Context) error { return s.sync(ctx) }
+
+type index struct {
+	prefix string
+	ix     Indexer
+}
+
+// replay fills one index from the tree; c.mu is held.
+func (c *cache) replay(x index) {
+	x.ix.Reset()
+	full := c.prefix + x.prefix
+	c.tree.AscendGreaterOrEqual(kv{key: full}, func(it kv) bool {
+		if !strings.HasPrefix(it.key, full) {
+			return false
+		}
+		x.ix.Put(it.key[len(c.prefix):], it.value, it.rev)
+		return true
+	})
+}
+
+// indexChange hands one change to the indexes; c.mu is held.
+func (c *cache) indexChange(ch Change) {
+	for _, x := range c.indexes {
+		if !strings.HasPrefix(ch.Key, x.prefix) {
+			continue
+		}
+		if ch.Deleted {
+			x.ix.Delete(ch.Key)
+		} else {
+			x.ix.Put(ch.Key, ch.Value, ch.Rev)
+		}
+	}
+}
