@@ -10,8 +10,8 @@ import (
 
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/api/shapes"
-	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/controller/services"
+	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/store"
 	"github.com/capstanhq/capstan/internal/taskdef"
 )
