@@ -71,7 +71,11 @@ func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
 		if err != nil {
 			return nil, err
 		}
-		slogger = slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		level := slog.LevelInfo
+		if o.serverDebug {
+			level = slog.LevelDebug
+		}
+		slogger = slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: level}))
 	}
 	h.cfg = server.Config{
 		Listen:            "127.0.0.1:0",

@@ -73,13 +73,16 @@ func selfStats() hostStats {
 }
 
 // rss reads a process's resident set from /proc (0 elsewhere).
-func rss(pid int) int64 {
+func rss(pid int) int64 { return procStatus(pid, "VmRSS") }
+
+// procStatus reads one kB field of /proc/PID/status, in bytes.
+func procStatus(pid int, field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kb << 10
 		}

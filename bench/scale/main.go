@@ -68,6 +68,7 @@ type options struct {
 	agentLog       string
 	work           string
 	keep           bool
+	serverDebug    bool
 	// inProcess runs the hollow instances in this process (tests).
 	inProcess bool
 	// skipRollouts leaves out step 4 (tests).
@@ -121,6 +122,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.rolloutTimeout, "rollout-timeout", 2*time.Minute, "give up on a daemon rollout after this long")
 	fs.DurationVar(&o.phaseTimeout, "timeout", 15*time.Minute, "give up on any other step after this long")
 	fs.StringVar(&o.serverLog, "server-log", "", "write the server's log here")
+	fs.BoolVar(&o.serverDebug, "server-debug", false, "log at debug level to -server-log (each reconcile and how long it took)")
 	fs.StringVar(&o.agentLog, "agent-log", "", "write the hollow agents' warnings here")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	if err := fs.Parse(args); err != nil {
@@ -158,6 +160,9 @@ type Report struct {
 	APIErrors               int64                 `json:"api_errors"`
 	ServerRSSMiB            float64               `json:"server_rss_mib"`
 	ServerPeakRSSMiB        float64               `json:"server_peak_rss_mib"`
+	ServerRSSAnonMiB        float64               `json:"server_rss_anon_mib"` // heap, stacks
+	ServerRSSFileMiB        float64               `json:"server_rss_file_mib"` // mapped files: etcd's database, the binary
+	ServerHeapMiB           float64               `json:"server_heap_mib"`     // Go heap in use after a collection
 	ServerCPUSeconds        float64               `json:"server_cpu_seconds"`
 	ServerHeapPerInstanceKi float64               `json:"server_heap_per_instance_kib"`
 	ServerGoroutines        int                   `json:"server_goroutines"`
@@ -280,6 +285,9 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	self := selfStats()
 	rep.ServerRSSMiB = float64(self.RSSBytes) / (1 << 20)
 	rep.ServerPeakRSSMiB = float64(peakRSS()) / (1 << 20)
+	rep.ServerRSSAnonMiB = float64(procStatus(os.Getpid(), "RssAnon")) / (1 << 20)
+	rep.ServerRSSFileMiB = float64(procStatus(os.Getpid(), "RssFile")) / (1 << 20)
+	rep.ServerHeapMiB = float64(self.HeapBytes) / (1 << 20)
 	rep.ServerCPUSeconds = self.CPUSeconds
 	rep.ServerGoroutines = self.Goroutines
 	if st, serr := os.Stat(filepath.Join(h.cfg.DataDir, "etcd", "data", "member", "snap", "db")); serr == nil {
@@ -600,6 +608,7 @@ func printTable(w io.Writer, r *Report) {
 		fmt.Fprintf(tw, "  %s\tp50 %.1f ms\tp99 %.1f ms\n", op, v[0], v[1])
 	}
 	fmt.Fprintf(tw, "server RSS (now / peak)\t%.0f MiB\t%.0f MiB\n", r.ServerRSSMiB, r.ServerPeakRSSMiB)
+	fmt.Fprintf(tw, "  anonymous / mapped files / Go heap in use\t%.0f MiB\t%.0f MiB\t%.0f MiB\n", r.ServerRSSAnonMiB, r.ServerRSSFileMiB, r.ServerHeapMiB)
 	fmt.Fprintf(tw, "server CPU\t%.1f s\n", r.ServerCPUSeconds)
 	fmt.Fprintf(tw, "server heap per instance (sessions, records)\t%.1f KiB\n", r.ServerHeapPerInstanceKi)
 	fmt.Fprintf(tw, "etcd db\t%.1f MiB\n", r.EtcdDBMiB)

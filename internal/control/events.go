@@ -23,6 +23,11 @@ import (
 // DefaultEventRetention is how long events are kept unless configured.
 const DefaultEventRetention = time.Hour
 
+// DefaultEventLimit is the most events a cluster keeps unless configured:
+// a fleet of thousands emits hundreds of thousands of task events an hour,
+// each a record in etcd and in every server's cache. The oldest go first.
+const DefaultEventLimit = 20000
+
 const (
 	// eventBucket is how many events' worth of time share one lease.
 	eventBucket = time.Minute
@@ -45,23 +50,34 @@ type Emitter struct {
 	account   string
 	region    string
 	retention time.Duration
+	limit     int
 	ids       eventIDs
 
 	mu     sync.Mutex
 	leases map[int64]*store.Lease // by bucket start, unix seconds
+	// emitted counts events per cluster since its last trim; trimming
+	// marks clusters being trimmed.
+	emitted  map[string]int
+	trimming map[string]bool
+	// pending events wait for the writer, which runs while there are any.
+	pending []*pendingEvent
+	writing bool
 
 	// ending cancels long polls when the server shuts down.
 	ending context.Context
 	end    context.CancelFunc
 }
 
-func newEmitter(st *store.Store, log *slog.Logger, now func() time.Time, a arns, retention time.Duration) *Emitter {
+func newEmitter(st *store.Store, log *slog.Logger, now func() time.Time, a arns, retention time.Duration, limit int) *Emitter {
 	if retention <= 0 {
 		retention = DefaultEventRetention
 	}
+	if limit <= 0 {
+		limit = DefaultEventLimit
+	}
 	ending, end := context.WithCancel(context.Background())
-	return &Emitter{st: st, log: log, now: now, account: a.account, region: a.region, retention: retention,
-		leases: map[int64]*store.Lease{}, ending: ending, end: end}
+	return &Emitter{st: st, log: log, now: now, account: a.account, region: a.region, retention: retention, limit: limit,
+		leases: map[int64]*store.Lease{}, emitted: map[string]int{}, trimming: map[string]bool{}, ending: ending, end: end}
 }
 
 // Events returns the service's event emitter.
@@ -84,24 +100,145 @@ func (e *Emitter) Emit(ctx context.Context, cluster string, ev events.Event) err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), emitTimeout)
 	defer cancel()
-	bucket := now.Truncate(eventBucket).Unix()
-	for attempt := 0; ; attempt++ {
-		l, err := e.lease(ctx, bucket)
-		if err != nil {
-			return err
+	p := &pendingEvent{cluster: cluster, ev: ev, bucket: now.Truncate(eventBucket).Unix(), done: make(chan error, 1)}
+	e.mu.Lock()
+	e.pending = append(e.pending, p)
+	if !e.writing {
+		e.writing = true
+		go e.write()
+	}
+	e.mu.Unlock()
+	select {
+	case err := <-p.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("record %s event: %w", ev.DetailType, ctx.Err())
+	}
+}
+
+// pendingEvent is an event waiting for its write.
+type pendingEvent struct {
+	cluster string
+	ev      events.Event
+	bucket  int64
+	done    chan error
+}
+
+// maxEventBatch bounds one event write (etcd takes 128 operations per
+// transaction by default).
+const maxEventBatch = 100
+
+// write commits queued events until none are left. Events that queue while
+// a write is in flight go together in the next one: a busy fleet's events
+// cost one transaction per batch instead of one each.
+func (e *Emitter) write() {
+	for {
+		e.mu.Lock()
+		batch := e.pending[:min(len(e.pending), maxEventBatch)]
+		e.pending = e.pending[len(batch):]
+		if len(batch) == 0 {
+			e.pending, e.writing = nil, false
+			e.mu.Unlock()
+			return
 		}
-		_, err = e.st.Txn().PutWithLease(store.EventKey(cluster, ev.ID), ev, l).Commit(ctx)
-		if err == nil {
-			return nil
-		}
-		// The lease may have gone (etcd restored, or a long pause): a new
-		// one is granted once before giving up.
-		e.forget(bucket, l)
-		if attempt == 1 {
-			return fmt.Errorf("record %s event: %w", ev.DetailType, err)
+		e.mu.Unlock()
+		err := e.commit(batch)
+		for _, p := range batch {
+			p.done <- err
 		}
 	}
 }
+
+func (e *Emitter) commit(batch []*pendingEvent) error {
+	ctx, cancel := context.WithTimeout(context.Background(), emitTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		tx := e.st.Txn()
+		used := map[int64]*store.Lease{}
+		for _, p := range batch {
+			l, ok := used[p.bucket]
+			if !ok {
+				var err error
+				if l, err = e.lease(ctx, p.bucket); err != nil {
+					return err
+				}
+				used[p.bucket] = l
+			}
+			tx.PutWithLease(store.EventKey(p.cluster, p.ev.ID), p.ev, l)
+		}
+		_, err := tx.Commit(ctx)
+		if err == nil {
+			for _, p := range batch {
+				e.emittedOne(p.cluster)
+			}
+			return nil
+		}
+		// A lease may have gone (etcd restored, or a long pause): new ones
+		// are granted once before giving up.
+		for b, l := range used {
+			e.forget(b, l)
+		}
+		if attempt == 1 {
+			return fmt.Errorf("record %d events: %w", len(batch), err)
+		}
+	}
+}
+
+// emittedOne starts a trim of the cluster's events once every twentieth
+// of the limit, in the background: the producer does not wait for it, and
+// one trim at a time runs per cluster.
+func (e *Emitter) emittedOne(cluster string) {
+	e.mu.Lock()
+	e.emitted[cluster]++
+	due := e.emitted[cluster] >= max(e.limit/20, 1) && !e.trimming[cluster]
+	if due {
+		e.emitted[cluster], e.trimming[cluster] = 0, true
+	}
+	e.mu.Unlock()
+	if !due {
+		return
+	}
+	go func() {
+		defer func() {
+			e.mu.Lock()
+			delete(e.trimming, cluster)
+			e.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(e.ending, time.Minute)
+		defer cancel()
+		if err := e.trim(ctx, cluster); err != nil && ctx.Err() == nil {
+			e.log.Warn("trim events", "cluster", cluster, "err", err)
+		}
+	}()
+}
+
+// trim deletes a cluster's oldest events beyond the limit.
+func (e *Emitter) trim(ctx context.Context, cluster string) error {
+	n, err := e.st.Count(ctx, store.EventPrefix(cluster))
+	if err != nil || n <= e.limit {
+		return err
+	}
+	old, _, err := store.List[keyOnly](ctx, e.st, store.EventPrefix(cluster), "", n-e.limit)
+	if err != nil {
+		return err
+	}
+	for chunk := range slices.Chunk(old, 100) {
+		tx := e.st.Txn()
+		for _, it := range chunk {
+			tx.Delete(it.Key, it.Rev)
+		}
+		// A conflict is another server trimming the same events.
+		if _, err := tx.Commit(ctx); err != nil && !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
+	return nil
+}
+
+// keyOnly decodes nothing: a listing that needs keys and revisions.
+type keyOnly struct{}
+
+func (*keyOnly) UnmarshalJSON([]byte) error { return nil }
 
 // Record is Emit for producers whose own operation must not fail because
 // an event could not be written: the failure is logged instead.

@@ -27,6 +27,9 @@ type Config struct {
 	Endpoint string
 	// EventRetention is how long events are kept (default an hour).
 	EventRetention time.Duration
+	// EventLimit is the most events a cluster keeps (default
+	// DefaultEventLimit).
+	EventLimit int
 	// AlarmSource says whether deployments can watch alarms: without one,
 	// a daemon asking for alarms is refused rather than rolled out unwatched.
 	AlarmSource bool
@@ -69,7 +72,7 @@ func New(cfg Config) *Service {
 		alarmSource:      cfg.AlarmSource,
 		progressDeadline: cfg.ProgressDeadline,
 	}
-	s.events = newEmitter(s.st, s.log, s.now, s.arns, cfg.EventRetention)
+	s.events = newEmitter(s.st, s.log, s.now, s.arns, cfg.EventRetention, cfg.EventLimit)
 	s.fleet = newFleet()
 	s.fleet.attach(s.st)
 	return s

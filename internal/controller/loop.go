@@ -154,8 +154,10 @@ func (l *Loop) work(ctx context.Context, q *queue) {
 		if !ok {
 			return
 		}
+		start := time.Now()
 		requeue, err := l.Reconcile(ctx, key)
 		q.done(key)
+		l.Log.Debug("reconciled", "controller", l.Name, "key", key, "took", time.Since(start), "err", err)
 		switch {
 		case ctx.Err() != nil:
 			return

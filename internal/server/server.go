@@ -76,7 +76,9 @@ type Config struct {
 	// ProgressDeadline stops a daemon rollout without progress for this
 	// long; 0 means DefaultProgressDeadline, negative never.
 	ProgressDeadline time.Duration
-	Log              *slog.Logger
+	// EventLimit is the most events a cluster keeps (0: the default).
+	EventLimit int
+	Log        *slog.Logger
 }
 
 // DefaultProgressDeadline is how long a daemon rollout may make no
@@ -185,7 +187,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		endpoint = "http://" + addr
 	}
 	svc := control.New(control.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log, Endpoint: endpoint,
-		AlarmSource: cfg.AlarmSource != "", ProgressDeadline: max(cfg.ProgressDeadline, 0)})
+		AlarmSource: cfg.AlarmSource != "", ProgressDeadline: max(cfg.ProgressDeadline, 0), EventLimit: cfg.EventLimit})
 	verifier := &auth.Verifier{Lookup: auth.Chain(auth.NewStaticLookup(admin), svc.Credentials())}
 	h := api.NewHandler(verifier, control.Authorize, cfg.Log)
 	svc.Register(h)

@@ -43,12 +43,17 @@ func startEmbedded(ctx context.Context, dir string) (*embedded, *clientv3.Client
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	// Keep ten minutes of history: enough for a watch to resume after a
+	// Keep two minutes of history: enough for a watch to resume after a
 	// pause (a cache further behind reloads). An hour held every write of a
 	// busy fleet: at 5,000 instances the database grew by 600 MiB in 12
-	// minutes, on its way to etcd's 2 GiB quota, past which it refuses writes.
+	// minutes, on its way to etcd's 2 GiB quota, past which it refuses
+	// writes; and the database is mapped into this process.
 	cfg.AutoCompactionMode = "periodic"
-	cfg.AutoCompactionRetention = "10m"
+	cfg.AutoCompactionRetention = "2m"
+	// A single member has no follower to catch up: keep fewer raft entries
+	// (whole transactions) in memory between snapshots.
+	cfg.SnapshotCount = 5000
+	cfg.SnapshotCatchUpEntries = 1000
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start embedded etcd: %w", err)

@@ -14,6 +14,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/alarms"
@@ -51,6 +52,35 @@ type Reconciler struct {
 	DaemonRemoved func(ctx context.Context) error
 	// Emit, when set, records an event; it must not fail the reconcile.
 	Emit func(ctx context.Context, cluster string, ev events.Event)
+
+	mu   sync.Mutex
+	last map[string]time.Time // by key: when its last pass began
+}
+
+// MinPass is the least time between two passes over one deployment. Every
+// pass reads the whole fleet, and during a rollout the fleet changes (and
+// the pass writes progress, waking itself) many times a second: passes
+// coalesce instead of following every change.
+const MinPass = 250 * time.Millisecond
+
+// due reports whether key may be passed over now, or how long to wait.
+func (r *Reconciler) due(key string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if since := now.Sub(r.last[key]); since < MinPass {
+		return MinPass - since
+	}
+	if r.last == nil {
+		r.last = map[string]time.Time{}
+	}
+	for k, t := range r.last {
+		if now.Sub(t) > time.Hour {
+			delete(r.last, k) // finished deployments
+		}
+	}
+	r.last[key] = now
+	return 0
 }
 
 func complete(dep *store.DaemonDeployment) {
@@ -80,6 +110,9 @@ func ptr[T any](v T) *T { return &v }
 
 // Reconcile advances the deployment at key until it waits for the fleet.
 func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, error) {
+	if wait := r.due(key); wait > 0 {
+		return wait, nil
+	}
 	for {
 		it, err := store.Get[store.DaemonDeployment](ctx, r.Store, key)
 		if errors.Is(err, store.ErrNotFound) {

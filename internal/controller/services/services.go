@@ -204,7 +204,9 @@ func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, error
 
 	var requeue time.Duration
 	if plan.Start > 0 {
+		t0 := time.Now()
 		started, unplaced, err := r.Tasks.StartServiceTasks(ctx, it, min(plan.Start, startBatch))
+		r.Log.Debug("started service tasks", "service", svc.ServiceArn, "started", len(started), "unplaced", len(unplaced), "took", time.Since(t0), "err", err)
 		if fe := fault.As(err); fe != nil && fe.Kind != fault.Internal && fe.Kind != fault.Throttled {
 			// Nothing of the service can start (its task definition is
 			// being deleted, say): tell, and try again later.

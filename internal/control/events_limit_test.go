@@ -1,0 +1,76 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/events"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// A cluster keeps its newest events up to the limit; older ones are
+// deleted, another cluster's are not touched.
+func TestEventLimitKeepsTheNewest(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const limit = 40
+	e := newEmitter(st, slog.New(slog.DiscardHandler), time.Now, arns{account: "123456789012", region: "us-east-1"}, time.Hour, limit)
+	defer e.EndWaits()
+	var ids []string
+	for i := range 300 {
+		ev := events.Event{DetailType: "Test", Detail: json.RawMessage(strconv.Itoa(i))}
+		if err := e.Emit(ctx, "big", ev); err != nil {
+			t.Fatal(err)
+		}
+		if i < 10 {
+			if err := e.Emit(ctx, "small", ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var kept []store.Item[events.Event]
+	for {
+		kept, _, err = store.List[events.Event](ctx, st, store.EventPrefix("big"), "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(kept) <= limit+max(limit/20, 1) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(kept) > limit+max(limit/20, 1) {
+		t.Fatalf("%d events kept, limit %d", len(kept), limit)
+	}
+	for _, it := range kept {
+		ids = append(ids, it.Value.ID)
+	}
+	// What is kept is the newest, in order, with nothing missing between.
+	if !slices.IsSorted(ids) {
+		t.Fatalf("kept events out of order: %v", ids)
+	}
+	n := func(ev events.Event) int { v, _ := strconv.Atoi(string(ev.Detail)); return v }
+	last := n(kept[len(kept)-1].Value)
+	if last != 299 {
+		t.Fatalf("newest kept event is %d, want 299", last)
+	}
+	for i, it := range kept {
+		if want := 300 - len(kept) + i; n(it.Value) != want {
+			t.Fatalf("event %d kept is %d, want %d", i, n(it.Value), want)
+		}
+	}
+	small, err := st.Count(ctx, store.EventPrefix("small"))
+	if err != nil || small != 10 {
+		t.Fatalf("the other cluster kept %d events (%v), want all 10", small, err)
+	}
+}
