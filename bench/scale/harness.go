@@ -348,10 +348,13 @@ func (h *harness) waitDaemon(ctx context.Context, arn string, n int, timeout tim
 	})
 }
 
-// waitService waits until the service runs want tasks.
-func (h *harness) waitService(ctx context.Context, want int, timeout time.Duration) error {
+// waitService waits until the service runs want tasks. placed, when not
+// nil, is set when every task first had an instance (pending or running:
+// a task is created on its instance, or waiting for capacity without one,
+// which the services here never do).
+func (h *harness) waitService(ctx context.Context, want int, timeout time.Duration, placed *time.Time) error {
 	last := int32(-1)
-	return until(ctx, timeout, 500*time.Millisecond, fmt.Sprintf("service running %d tasks", want), func(ctx context.Context) (bool, error) {
+	return until(ctx, timeout, 250*time.Millisecond, fmt.Sprintf("service running %d tasks", want), func(ctx context.Context) (bool, error) {
 		names := serviceNames(want)
 		out, err := h.c.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String(clusterName), Services: names})
 		if err != nil || len(out.Services) != len(names) {
@@ -365,6 +368,10 @@ func (h *harness) waitService(ctx context.Context, want int, timeout time.Durati
 		if running != last && (int(running-last) >= want/10 || int(running) == want) {
 			h.logf("  services running %d/%d (pending %d)", running, want, pending)
 			last = running
+		}
+		if placed != nil && placed.IsZero() && int(running+pending) >= want {
+			*placed = time.Now()
+			h.logf("  all %d tasks placed", want)
 		}
 		return int(running) == want, nil
 	})
