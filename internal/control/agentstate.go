@@ -170,7 +170,7 @@ func (s *Service) repairReason(ctx context.Context, t store.Task) (string, error
 
 func (s *Service) release(ctx context.Context, tx *store.Txn, t store.Task, drainReason string) error {
 	dkey := store.DesiredKey(t.Cluster, t.InstanceID, t.ID)
-	if d, err := store.Get[protocol.Task](ctx, s.st, dkey); err == nil {
+	if d, err := store.Get[keyOnly](ctx, s.st, dkey); err == nil {
 		tx.Delete(dkey, d.Rev)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err

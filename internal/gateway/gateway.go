@@ -179,10 +179,9 @@ func (g *Gateway) serve(ctx context.Context, conn *websocket.Conn, p auth.Princi
 	g.log.Info("agent connected", "instance", hello.ContainerInstanceArn, "agent_version", hello.AgentVersion, "manifest_seq", hello.ManifestSeq)
 
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	wg.Add(3)
-	go func() { defer wg.Done(); errs <- g.write(sctx, s) }()
-	go func() { defer wg.Done(); errs <- g.pushManifests(sctx, s) }()
+	errs := make(chan error, 2)
+	wg.Add(2)
+	go func() { defer wg.Done(); errs <- g.loop(sctx, s) }()
 	go func() { defer wg.Done(); errs <- g.receive(sctx, s, lease) }()
 	err = <-errs
 	scancel()
@@ -239,11 +238,38 @@ func send(ctx context.Context, conn *websocket.Conn, m protocol.Message) error {
 	return conn.Write(wctx, websocket.MessageText, b)
 }
 
-// write sends queued messages and heartbeats.
-func (g *Gateway) write(ctx context.Context, s *session) error {
+func (s *session) queue(ctx context.Context, m protocol.Message) error {
+	select {
+	case s.out <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// loop is the session's one writer: it sends the instance's desired tasks
+// now and after every change, queued messages (acks, errors) and
+// heartbeats, and ends the session when the instance is deregistered. One
+// goroutine for all of it: a server holds thousands of sessions.
+func (g *Gateway) loop(ctx context.Context, s *session) error {
+	sub := g.st.Subscribe(store.DesiredPrefix(s.cluster, s.instance))
+	defer sub.Close()
+	instSub := g.st.Subscribe(store.ContainerInstanceKey(s.cluster, s.instance))
+	defer instSub.Close()
 	tick := time.NewTicker(protocol.HeartbeatInterval)
 	defer tick.Stop()
+	push := true
 	for {
+		if push {
+			m, err := g.svc.Manifest(ctx, s.cluster, s.instance)
+			if err != nil {
+				return err
+			}
+			if err := send(ctx, s.conn, protocol.Message{Type: protocol.TypeManifest, Manifest: &m}); err != nil {
+				return err
+			}
+			push = false
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -255,56 +281,26 @@ func (g *Gateway) write(ctx context.Context, s *session) error {
 			if err := send(ctx, s.conn, protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: g.now()}}); err != nil {
 				return err
 			}
-		}
-	}
-}
-
-func (s *session) queue(ctx context.Context, m protocol.Message) error {
-	select {
-	case s.out <- m:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// pushManifests sends the instance's desired tasks now and after every change.
-func (g *Gateway) pushManifests(ctx context.Context, s *session) error {
-	sub := g.st.Subscribe(store.DesiredPrefix(s.cluster, s.instance))
-	defer sub.Close()
-	instSub := g.st.Subscribe(store.ContainerInstanceKey(s.cluster, s.instance))
-	defer instSub.Close()
-	go func() {
-		// A deregistered instance loses its session.
-		for {
-			if _, _, err := instSub.Next(ctx); err != nil {
-				return
-			}
+		case <-sub.Ready():
+			changes, resync := sub.Take()
+			push = len(changes) > 0 || resync
+		case <-instSub.Ready():
+			instSub.Take()
+			// A deregistered instance loses its session.
 			ci, err := g.svc.Instance(ctx, s.cluster, s.instance)
 			if err == nil && ci.Status == "INACTIVE" || errors.Is(err, store.ErrNotFound) {
-				s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "InstanceInactive", Message: "container instance was deregistered"}})
-				time.Sleep(100 * time.Millisecond)
-				s.cancel()
-				return
+				send(ctx, s.conn, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "InstanceInactive", Message: "container instance was deregistered"}})
+				return errDeregistered
 			}
-		}
-	}()
-	for {
-		m, err := g.svc.Manifest(ctx, s.cluster, s.instance)
-		if err != nil {
-			return err
-		}
-		if err := s.queue(ctx, protocol.Message{Type: protocol.TypeManifest, Manifest: &m}); err != nil {
-			return err
-		}
-		if _, _, err := sub.Next(ctx); err != nil {
-			return err
 		}
 	}
 }
+
+var errDeregistered = errors.New("container instance was deregistered")
 
 // receive handles what the agent sends; any message proves it alive.
 func (g *Gateway) receive(ctx context.Context, s *session, lease *store.Lease) error {
+	renewed := time.Now() // granted just before
 	for {
 		rctx, cancel := context.WithTimeout(ctx, protocol.SilenceLimit)
 		m, err := read(rctx, s.conn)
@@ -323,8 +319,15 @@ func (g *Gateway) receive(ctx context.Context, s *session, lease *store.Lease) e
 			}
 			return err
 		}
-		if err := lease.Renew(ctx); err != nil {
-			return fmt.Errorf("session lease lost: %w", err)
+		// Renewed on a message at most every quarter of the silence limit:
+		// with a heartbeat every third of it the lease still never runs out
+		// while the agent talks, and a fleet's state reports do not each
+		// cost a keep-alive.
+		if time.Since(renewed) >= protocol.SilenceLimit/4 {
+			if err := lease.Renew(ctx); err != nil {
+				return fmt.Errorf("session lease lost: %w", err)
+			}
+			renewed = time.Now()
 		}
 		switch m.Type {
 		case protocol.TypeHeartbeat, protocol.TypeManifestAck:

@@ -57,13 +57,23 @@ func (sub *Subscription) wake() {
 	}
 }
 
+// Ready is signalled when changes may have queued: a consumer that waits
+// on several things selects on it, then calls Take.
+func (sub *Subscription) Ready() <-chan struct{} { return sub.notify }
+
+// Take returns what queued up, without waiting.
+func (sub *Subscription) Take() (changes []Change, resync bool) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	changes, resync = sub.queue, sub.resync
+	sub.queue, sub.resync = nil, false
+	return changes, resync
+}
+
 // Next waits for changes and returns all that queued up.
 func (sub *Subscription) Next(ctx context.Context) (changes []Change, resync bool, err error) {
 	for {
-		sub.mu.Lock()
-		changes, resync = sub.queue, sub.resync
-		sub.queue, sub.resync = nil, false
-		sub.mu.Unlock()
+		changes, resync = sub.Take()
 		if len(changes) > 0 || resync {
 			return changes, resync, nil
 		}

@@ -70,8 +70,15 @@ func (r *Reconciler) instanceOfTask(ctx context.Context, ch store.Change) []stri
 		Cluster    string `json:"capstanCluster"`
 		InstanceID string `json:"capstanInstanceId"`
 		Group      string `json:"group"`
+		LastStatus string `json:"lastStatus"`
 	}
 	if err := jsonUnmarshal(ch.Value, &t); err != nil || t.InstanceID == "" {
+		return nil
+	}
+	// Other tasks matter here only once stopped (a draining instance stops
+	// its daemons after them): a fleet's service tasks starting do not each
+	// wake their instance's daemons.
+	if !strings.HasPrefix(t.Group, "daemon:") && t.LastStatus != "STOPPED" {
 		return nil
 	}
 	return []string{store.ContainerInstanceKey(t.Cluster, t.InstanceID)}
@@ -85,6 +92,13 @@ func (*rawInstance) UnmarshalJSON([]byte) error { return nil }
 
 // Reconcile plans and acts for the instance at key.
 func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, error) {
+	// The reads below wait once for this process's writes; the actions
+	// read again with ctx, each at its own latest.
+	wctx := ctx
+	ctx, err := r.Store.ReadOnly(ctx)
+	if err != nil {
+		return 0, err
+	}
 	it, err := store.Get[store.ContainerInstance](ctx, r.Store, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, nil
@@ -166,7 +180,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 	}
 	var requeue time.Duration
 	for _, a := range Plan(in) {
-		if err := r.act(ctx, ci, daemons, placements, a, &requeue); err != nil {
+		if err := r.act(wctx, ci, daemons, placements, a, &requeue); err != nil {
 			return 0, err
 		}
 	}

@@ -1,0 +1,141 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/controller/services"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func instanceRecord(id, status string, cpu, mem int) store.ContainerInstance {
+	ci := store.ContainerInstance{ID: id, Cluster: "c"}
+	ci.Status, ci.CapacityProviderName = status, "cp"
+	ci.Attributes = []shapes.Attribute{{Name: "zone", Value: "a"}}
+	ci.RemainingResources = resources{cpu: cpu, memory: mem, ports: []string{"tcp/22"}}.shapes()
+	return ci
+}
+
+// The fleet view follows puts and deletes of every record kind it reads,
+// in any order, and forgets an instance only when nothing refers to it.
+func TestFleetFollowsRecords(t *testing.T) {
+	f := newFleet()
+	put := func(kind, key string, v any) { f.change(kind, key, mustJSON(t, v), 7) }
+	del := func(kind, key string) { f.change(kind, key, nil, 0) }
+
+	// A session and a manifest entry may be seen before the instance.
+	put("sessions/", "sessions/c/i1", store.Session{Server: "s"})
+	put("desired/", "desired/c/i1/t1", map[string]string{"group": "service:web"})
+	put("containerinstances/", "containerinstances/c/i1", instanceRecord("i1", "ACTIVE", 1024, 2048))
+	put("tasks/", "tasks/c/t1", map[string]string{"group": "service:web", "capstanInstanceId": "i1", "lastStatus": "RUNNING", "desiredStatus": "RUNNING", "startedBy": "d1"})
+	put("tasks/", "tasks/c/t2", map[string]string{"group": "service:web", "capstanInstanceId": "", "capacityProviderName": "cp", "lastStatus": "PROVISIONING", "desiredStatus": "RUNNING"})
+	put("daemonplacements/", "daemonplacements/c/i1/agent", DaemonPlacement{Daemon: "agent", TaskID: "t9", RevisionArn: "r1"})
+	put("tasks/", "tasks/c/t9", map[string]string{"group": "daemon:agent", "capstanInstanceId": "i1", "lastStatus": "RUNNING", "desiredStatus": "RUNNING"})
+	put("credentials/", "credentials/AK1", map[string]bool{"managed": true})
+
+	c := f.clusters["c"]
+	fi := c.instances["i1"]
+	if fi == nil || !fi.rec || !fi.connected || fi.cpu != 1024 || fi.mem != 2048 || fi.rev != 7 || fi.attributes["zone"] != "a" || fi.attributes["ecs.instance-id"] != "i1" {
+		t.Fatalf("instance view %+v", fi)
+	}
+	if rev, running := c.daemonOn(fi, "agent"); rev != "r1" || !running {
+		t.Fatalf("daemonOn = %q %v, want r1 running", rev, running)
+	}
+	if _, ok := c.waiting["t2"]; !ok || len(c.waiting) != 1 {
+		t.Fatalf("waiting %v, want t2", c.waiting)
+	}
+	if len(c.groups["service:web"]) != 2 || len(c.groups["daemon:agent"]) != 1 {
+		t.Fatalf("groups %v", c.groups)
+	}
+	if !f.managed["AK1"] {
+		t.Fatal("managed credential not seen")
+	}
+
+	// The waiting task is placed; the daemon task stops; the session goes.
+	put("tasks/", "tasks/c/t2", map[string]string{"group": "service:web", "capstanInstanceId": "i1", "lastStatus": "PENDING", "desiredStatus": "RUNNING"})
+	put("tasks/", "tasks/c/t9", map[string]string{"group": "daemon:agent", "capstanInstanceId": "i1", "lastStatus": "STOPPED", "desiredStatus": "STOPPED"})
+	del("sessions/", "sessions/c/i1")
+	if len(c.waiting) != 0 {
+		t.Fatalf("waiting %v after placement", c.waiting)
+	}
+	if _, running := c.daemonOn(fi, "agent"); running || fi.connected {
+		t.Fatalf("daemon running %v, connected %v after stop and disconnect", running, fi.connected)
+	}
+	// A task changing group moves between the group sets.
+	put("tasks/", "tasks/c/t2", map[string]string{"group": "family:batch", "capstanInstanceId": "i1", "lastStatus": "PENDING", "desiredStatus": "RUNNING"})
+	if len(c.groups["service:web"]) != 1 || len(c.groups["family:batch"]) != 1 {
+		t.Fatalf("groups after a move %v", c.groups)
+	}
+	del("tasks/", "tasks/c/t2")
+	if _, ok := c.groups["family:batch"]; ok {
+		t.Fatal("an emptied group stays")
+	}
+
+	// The record goes but a manifest entry still names the instance.
+	del("containerinstances/", "containerinstances/c/i1")
+	del("daemonplacements/", "daemonplacements/c/i1/agent")
+	if c.instances["i1"] == nil || c.instances["i1"].rec {
+		t.Fatal("instance entry dropped (or kept as recorded) while its manifest still has a task")
+	}
+	del("desired/", "desired/c/i1/t1")
+	if c.instances["i1"] != nil {
+		t.Fatal("instance entry kept with nothing referring to it")
+	}
+
+	// A reset (the cache reloaded) forgets one kind and keeps the others.
+	put("containerinstances/", "containerinstances/c/i2", instanceRecord("i2", "ACTIVE", 10, 10))
+	put("sessions/", "sessions/c/i2", store.Session{})
+	fleetIndex{f: f, kind: "sessions/"}.Reset()
+	if fi := c.instances["i2"]; fi == nil || fi.connected || !fi.rec {
+		t.Fatalf("after a session reset: %+v", fi)
+	}
+}
+
+// Through the store: a read after a write sees the write in the fleet
+// view (the index is fed as the cache applies changes), and what the
+// services controller plans with comes from it.
+func TestFleetReadsItsWrites(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
+	ci := instanceRecord("i1", "ACTIVE", 1024, 2048)
+	if _, err := st.Txn().Create(store.ContainerInstanceKey("c", "i1"), ci).Create(store.SessionKey("c", "i1"), store.Session{}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cands, err := s.candidates(ctx, "c", "service:web", nil)
+	if err != nil || len(cands) != 1 || cands[0].cpu != 1024 {
+		t.Fatalf("candidates %+v, %v", cands, err)
+	}
+	task := store.Task{ID: "t1", Cluster: "c", InstanceID: "i1"}
+	task.Group, task.LastStatus, task.DesiredStatus, task.StartedBy = "service:web", "PENDING", "RUNNING", "d1"
+	if _, err := st.Txn().Create(store.TaskKey("c", "t1"), task).Create(store.DesiredKey("c", "i1", "t1"), map[string]string{"group": "service:web"}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.PlanTasks(ctx, "c", "service:web")
+	if err != nil || len(got) != 1 {
+		t.Fatalf("PlanTasks = %+v, %v", got, err)
+	}
+	want := services.Task{ID: "t1", Deployment: "d1", LastStatus: "PENDING", Desired: "RUNNING", Instance: "ACTIVE"}
+	if got[0] != want {
+		t.Fatalf("PlanTasks = %+v, want %+v", got[0], want)
+	}
+	cands, err = s.candidates(ctx, "c", "service:web", nil)
+	if err != nil || cands[0].groupTasks != 1 || cands[0].tasks != 1 {
+		t.Fatalf("candidates after a placement %+v, %v", cands[0], err)
+	}
+}
