@@ -58,12 +58,73 @@ func (s *Service) Manifest(ctx context.Context, cluster, id string) (protocol.Ma
 // nothing. A task reaching STOPPED releases what it held on the instance
 // and leaves the instance's manifest.
 func (s *Service) ApplyTaskStates(ctx context.Context, cluster, instanceID string, states []protocol.TaskState) error {
+	if len(states) > 1 {
+		rest, err := s.applyTogether(ctx, cluster, instanceID, states)
+		if err != nil {
+			return err
+		}
+		states = rest
+	}
 	for _, st := range states {
 		if err := s.applyTaskState(ctx, cluster, instanceID, st); err != nil {
 			return fmt.Errorf("task %s: %w", st.Arn, err)
 		}
 	}
 	return nil
+}
+
+// applyTogether writes, in one transaction, the states that change only
+// their task (nothing stopping or stopped, which also writes the instance)
+// and returns the others. An agent reports a batch of its tasks at once (a
+// service's tasks starting on it); one write each would be as many etcd
+// commits. After a conflict it returns them all, to be written one by one.
+func (s *Service) applyTogether(ctx context.Context, cluster, instanceID string, states []protocol.TaskState) ([]protocol.TaskState, error) {
+	ctx, err := s.st.ReadOnly(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var rest []protocol.TaskState
+	var written []store.Task
+	seen := map[string]bool{}
+	tx := s.st.Txn()
+	for _, st := range states {
+		id, err := s.taskID("arn", cluster, st.Arn)
+		if err != nil || seen[id] || len(written) >= s.st.MaxTxnOps()-8 {
+			rest = append(rest, st) // the one-by-one path handles it
+			continue
+		}
+		seen[id] = true
+		it, err := store.Get[store.Task](ctx, s.st, store.TaskKey(cluster, id))
+		if err != nil {
+			rest = append(rest, st)
+			continue
+		}
+		t := it.Value
+		if t.InstanceID != instanceID || st.Seq <= t.StateSeq || t.LastStatus == "STOPPED" {
+			rest = append(rest, st) // ignored there, with the same checks
+			continue
+		}
+		mergeState(&t, st)
+		if t.LastStatus == "STOPPED" || t.LastStatus == "STOPPING" || t.LastStatus == "DEACTIVATING" {
+			rest = append(rest, st)
+			continue
+		}
+		*t.Version++
+		tx.Update(it.Key, it.Rev, t)
+		written = append(written, t)
+	}
+	if len(written) == 0 {
+		return states, nil
+	}
+	if _, err := tx.Commit(ctx); errors.Is(err, store.ErrConflict) {
+		return states, nil
+	} else if err != nil {
+		return nil, err
+	}
+	for _, t := range written {
+		s.taskChanged(ctx, t)
+	}
+	return rest, nil
 }
 
 func (s *Service) applyTaskState(ctx context.Context, cluster, instanceID string, st protocol.TaskState) error {

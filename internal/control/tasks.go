@@ -354,7 +354,7 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 		}
 		rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 		for i := range left {
-			if r.count > startChunk && len(chunk) == startChunk {
+			if r.count > startChunk && len(chunk) == s.startChunk() {
 				if err := commit(); err != nil {
 					return err
 				}
@@ -414,9 +414,11 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 // startChunk is how many tasks one transaction writes when a request
 // starts more (services at scale): a start writes the task, its desired
 // entry and at most one instance, so 40 stays within etcd's default of 128
-// operations per transaction. Requests of up to startChunk tasks (RunTask,
-// StartTask) commit all or nothing.
+// operations per transaction; the embedded member takes more. Requests of
+// up to startChunk tasks (RunTask, StartTask) commit all or nothing.
 const startChunk = 40
+
+func (s *Service) startChunk() int { return max(startChunk, (s.st.MaxTxnOps()-8)/3) }
 
 // candidates are the instances that can take new tasks: ACTIVE, with a
 // connected agent (or exactly the named ones for StartTask), from the

@@ -18,6 +18,14 @@ import (
 	"go.uber.org/zap"
 )
 
+// EmbeddedMaxTxnOps is how many operations one transaction may hold on
+// the embedded member; DefaultMaxTxnOps is etcd's default, assumed of an
+// external cluster.
+const (
+	EmbeddedMaxTxnOps = 1024
+	DefaultMaxTxnOps  = 128
+)
+
 // embedded is a single-member etcd running inside this process.
 type embedded struct {
 	etcd *embed.Etcd
@@ -54,6 +62,11 @@ func startEmbedded(ctx context.Context, dir string) (*embedded, *clientv3.Client
 	// (whole transactions) in memory between snapshots.
 	cfg.SnapshotCount = 5000
 	cfg.SnapshotCatchUpEntries = 1000
+	// Bigger transactions than etcd's defaults (128 operations, 1.5 MiB):
+	// placing thousands of tasks is bound by commits in sequence, not by
+	// their size.
+	cfg.MaxTxnOps = EmbeddedMaxTxnOps
+	cfg.MaxRequestBytes = 8 << 20
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start embedded etcd: %w", err)

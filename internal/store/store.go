@@ -108,6 +108,14 @@ func (s *Store) closeClient() {
 	}
 }
 
+// MaxTxnOps is how many operations a transaction may hold.
+func (s *Store) MaxTxnOps() int {
+	if s.embedded != nil {
+		return EmbeddedMaxTxnOps
+	}
+	return DefaultMaxTxnOps
+}
+
 // Ready reports whether the cache is serving.
 func (s *Store) Ready() bool { return s.cache.ready() }
 

@@ -49,9 +49,10 @@ const (
 	// maxEvents is how many events a service keeps, as ECS shows.
 	maxEvents = 100
 	// Per reconcile; task writes wake the service again for the rest.
-	// Every reconcile reads the cluster's instances and tasks, so a batch
-	// is large; it commits 40 tasks per transaction (control.startChunk).
-	startBatch = 200
+	// Large, so that commits in sequence, not reconciles, bound the rate:
+	// several hundred tasks per transaction on the embedded etcd, 40 on
+	// another (control.startChunk).
+	startBatch = 1000
 	stopBatch  = 25
 	// placementRetry is how soon placement is tried again after it failed
 	// (connecting agents and draining instances also wake the service).
