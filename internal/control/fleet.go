@@ -392,3 +392,32 @@ func (s *Service) waitingIDs(ctx context.Context, cluster string) ([]string, err
 	}
 	return ids, nil
 }
+
+// TaskBrief is a task on an instance as the fleet view knows it.
+type TaskBrief struct {
+	ID, Group, LastStatus, DesiredStatus string
+}
+
+// InstanceTaskBriefs lists the tasks in an instance's manifest (placed and not
+// gone), from the fleet view: counting an instance's tasks does not
+// decode them.
+func (s *Service) InstanceTaskBriefs(ctx context.Context, cluster, id string) ([]TaskBrief, error) {
+	v, err := s.fleetView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer v.done()
+	c := v.cluster(cluster)
+	fi := c.instances[id]
+	if fi == nil {
+		return nil, nil
+	}
+	out := make([]TaskBrief, 0, len(fi.desired))
+	for tid := range fi.desired {
+		if t := c.tasks[tid]; t != nil {
+			out = append(out, TaskBrief{ID: tid, Group: t.group, LastStatus: t.last, DesiredStatus: t.desiredStatus})
+		}
+	}
+	slices.SortFunc(out, func(a, b TaskBrief) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}

@@ -293,11 +293,18 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 		// instances are the records of instances placed on, read as the
 		// placement view saw them (or as this call last wrote them).
 		instances := map[string]store.Item[store.ContainerInstance]{}
+		// The view was read after this process's writes: the records are
+		// read without waiting again (a busy server writes all the time),
+		// and one newer than the view is a conflict anyway.
+		rctx, err := s.st.ReadOnly(ctx)
+		if err != nil {
+			return err
+		}
 		instanceOf := func(c *candidate) (store.Item[store.ContainerInstance], error) {
 			if it, ok := instances[c.id]; ok {
 				return it, nil
 			}
-			it, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cluster, c.id))
+			it, err := store.Get[store.ContainerInstance](rctx, s.st, store.ContainerInstanceKey(cluster, c.id))
 			if err != nil {
 				return it, err
 			}

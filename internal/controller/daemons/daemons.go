@@ -122,19 +122,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 	if err != nil {
 		return 0, err
 	}
-	tasks, err := r.Svc.InstanceTasks(ctx, ci)
+	// The instance's tasks from the fleet view; only its daemons' tasks
+	// are read whole, below.
+	tasks, err := r.Svc.InstanceTaskBriefs(ctx, ci.Cluster, ci.ID)
 	if err != nil {
 		return 0, err
 	}
 	in := Input{Status: ci.Status, AutoRepair: true, Now: r.Now(), Managed: r.Svc.Managed(ctx, ci)}
-	byID := map[string]store.Task{}
 	for _, t := range tasks {
-		byID[t.ID] = t
 		if t.LastStatus == "STOPPED" {
 			continue
 		}
 		switch {
-		case control.IsDaemonTask(t):
+		case strings.HasPrefix(t.Group, "daemon:"):
 			in.LiveDaemonTasks++
 		default:
 			in.OtherLiveTasks++
@@ -167,12 +167,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		if p, ok := placements[name]; ok {
 			d.Placed, d.PlacedRev, d.Attempts, d.LastFailure = true, p.Value.RevisionArn, p.Value.Attempts, p.Value.LastFailure
 			d.TaskRev = p.Value.TaskRevisionArn
-			if t, ok := byID[p.Value.TaskID]; ok {
-				d.TaskID, d.TaskLast, d.TaskDesired, d.TaskHealth, d.TaskReason = t.ID, t.LastStatus, t.DesiredStatus, t.HealthStatus, stopReason(t)
-				d.TaskStartedAt = t.StartedAt.Time
-			} else if p.Value.TaskID != "" {
+			onInstance := slices.ContainsFunc(tasks, func(t control.TaskBrief) bool { return t.ID == p.Value.TaskID })
+			if p.Value.TaskID != "" {
 				if t, err := r.Svc.Task(ctx, ci.Cluster, p.Value.TaskID); err == nil {
 					d.TaskID, d.TaskLast, d.TaskDesired, d.TaskReason = t.ID, t.LastStatus, t.DesiredStatus, stopReason(t)
+					if onInstance {
+						d.TaskHealth, d.TaskStartedAt = t.HealthStatus, t.StartedAt.Time
+					}
 				}
 			}
 		}
