@@ -116,6 +116,10 @@ type State struct {
 	Agent  time.Time
 	Status string
 	Reason string
+	// Version is the record's version the event reports: events of one
+	// record are ordered by it, as ECS consumers order them, since two
+	// writers' events need not be recorded in the order they committed.
+	Version int64
 }
 
 // Task is a task's recorded history, states in recorded order.
@@ -220,7 +224,7 @@ func (h *History) Add(evs []events.Event) error {
 			if d.StartedBy != "" {
 				t.StartedBy = d.StartedBy
 			}
-			s := State{At: parseTime(d.UpdatedAt), Status: d.LastStatus, Reason: d.StoppedReason}
+			s := State{At: parseTime(d.UpdatedAt), Status: d.LastStatus, Reason: d.StoppedReason, Version: d.Version}
 			switch d.LastStatus {
 			case "RUNNING":
 				s.Agent = parseTime(d.StartedAt)
@@ -243,7 +247,7 @@ func (h *History) Add(evs []events.Event) error {
 			if d.CapacityProviderName != "" {
 				in.CP = d.CapacityProviderName
 			}
-			in.States = insertState(in.States, State{At: parseTime(d.UpdatedAt), Status: d.Status, Reason: d.StatusReason})
+			in.States = insertState(in.States, State{At: parseTime(d.UpdatedAt), Status: d.Status, Reason: d.StatusReason, Version: d.Version})
 		case events.DaemonDeploymentStateChange:
 			var d events.DeploymentDetail
 			if err := json.Unmarshal(ev.Detail, &d); err != nil {
@@ -266,7 +270,12 @@ func (h *History) Add(evs []events.Event) error {
 // insertState keeps states in recorded order; an event committed late
 // (the cursor returns those too) lands where its time puts it.
 func insertState(ss []State, s State) []State {
-	i := sort.Search(len(ss), func(i int) bool { return ss[i].At.After(s.At) })
+	i := sort.Search(len(ss), func(i int) bool {
+		if ss[i].Version > 0 && s.Version > 0 && ss[i].Version != s.Version {
+			return ss[i].Version > s.Version
+		}
+		return ss[i].At.After(s.At)
+	})
 	return slices.Insert(ss, i, s)
 }
 

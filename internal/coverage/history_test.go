@@ -2,6 +2,7 @@ package coverage
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -72,5 +73,22 @@ func TestGaps(t *testing.T) {
 				t.Fatalf("gap %.3f s in %d intervals, want %.3f s in %d: %+v", got, len(gs), c.want, c.wantGaps, gs)
 			}
 		})
+	}
+}
+
+// Two writers' events of one record may be recorded out of commit order
+// (the later write's event first): states follow the record's version.
+func TestStatesFollowVersion(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var ss []State
+	ss = insertState(ss, State{At: t0, Status: "ACTIVE", Version: 6})
+	ss = insertState(ss, State{At: t0.Add(time.Second), Status: "INACTIVE", Version: 8})
+	ss = insertState(ss, State{At: t0.Add(2 * time.Second), Status: "DRAINING", Version: 7})
+	var got []string
+	for _, s := range ss {
+		got = append(got, s.Status)
+	}
+	if strings.Join(got, ",") != "ACTIVE,DRAINING,INACTIVE" {
+		t.Fatalf("states %v, want ACTIVE,DRAINING,INACTIVE", got)
 	}
 }
