@@ -290,8 +290,14 @@ func (s *Service) taskChanged(ctx context.Context, t store.Task) {
 // instance just written.
 func (s *Service) instanceChanged(ctx context.Context, ci store.ContainerInstance) {
 	v := ci.ContainerInstance
-	_, err := store.Get[store.Session](ctx, s.st, store.SessionKey(ci.Cluster, ci.ID))
-	v.AgentConnected = ptr(err == nil)
+	// Whether the agent is connected as the view has it now, without
+	// waiting for this process's latest write: the event is recorded in
+	// the order of the write it reports as nearly as can be (each wait let
+	// other writers' events go first).
+	s.fleet.mu.RLock()
+	fi := s.fleet.clusters[ci.Cluster].instanceOrNil(ci.ID)
+	v.AgentConnected = ptr(fi != nil && fi.connected)
+	s.fleet.mu.RUnlock()
 	s.events.Record(ctx, ci.Cluster, events.ContainerInstanceStateChangeEvent(v, s.arns.cluster(ci.Cluster), s.now()))
 }
 

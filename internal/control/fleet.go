@@ -137,6 +137,15 @@ func (c *fleetCluster) ungroup(t *fleetTask) {
 	}
 }
 
+// instanceOrNil is the instance's entry, nil when there is none (or no
+// cluster).
+func (c *fleetCluster) instanceOrNil(id string) *fleetInstance {
+	if c == nil {
+		return nil
+	}
+	return c.instances[id]
+}
+
 func (c *fleetCluster) instance(id string) *fleetInstance {
 	fi := c.instances[id]
 	if fi == nil {
