@@ -243,7 +243,7 @@ func TestManagedInstanceAccess(t *testing.T) {
 	cp := f.managedCapacityProvider("access", 600)
 	td, err := f.c.RegisterDaemonTaskDefinition(ctx, &ecs.RegisterDaemonTaskDefinitionInput{Family: aws.String("procwatch"), PidMode: types.DaemonPidModeShared,
 		ContainerDefinitions: []types.DaemonContainerDefinition{{Name: aws.String("w"), Image: aws.String(f.image), Memory: aws.Int32(32),
-			Command:     []string{"sh", "-c", "ls /host/proc | grep -c '^[0-9]' ; ps | wc -l; trap 'exit 0' TERM; while true; do sleep 1; done"},
+			Command:     []string{"sh", "-c", "ls /host/proc 2>/dev/null | grep -c '^[0-9]' ; ps 2>/dev/null | wc -l; trap 'exit 0' TERM; while true; do sleep 1; done"},
 			MountPoints: []types.MountPoint{{SourceVolume: aws.String("proc"), ContainerPath: aws.String("/host/proc"), ReadOnly: aws.Bool(true)}}}},
 		Volumes: []types.DaemonVolume{{Name: aws.String("proc"), Host: &types.HostVolumeProperties{SourcePath: aws.String("/proc")}}}})
 	if err != nil {
