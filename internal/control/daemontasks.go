@@ -288,7 +288,10 @@ func (s *Service) Retire(ctx context.Context, cluster, id, reason string) error 
 }
 
 // IsDaemonTask reports whether a task belongs to a daemon.
-func IsDaemonTask(t store.Task) bool { return strings.HasPrefix(t.Group, "daemon:") }
+func IsDaemonTask(t store.Task) bool { return IsDaemonGroup(t.Group) }
+
+// IsDaemonGroup reports whether a task group is a daemon's.
+func IsDaemonGroup(group string) bool { return strings.HasPrefix(group, "daemon:") }
 
 // Placement reads one daemon placement.
 func (s *Service) Placement(ctx context.Context, cluster, instance, daemon string) (store.Item[DaemonPlacement], error) {

@@ -235,11 +235,6 @@ func (e *Emitter) trim(ctx context.Context, cluster string) error {
 	return nil
 }
 
-// keyOnly decodes nothing: a listing that needs keys and revisions.
-type keyOnly struct{}
-
-func (*keyOnly) UnmarshalJSON([]byte) error { return nil }
-
 // Record is Emit for producers whose own operation must not fail because
 // an event could not be written: the failure is logged instead.
 func (e *Emitter) Record(ctx context.Context, cluster string, ev events.Event) {
@@ -295,7 +290,7 @@ func (s *Service) instanceChanged(ctx context.Context, ci store.ContainerInstanc
 	// the order of the write it reports as nearly as can be (each wait let
 	// other writers' events go first).
 	s.fleet.mu.RLock()
-	fi := s.fleet.clusters[ci.Cluster].instanceOrNil(ci.ID)
+	fi := fleetView{s.fleet}.cluster(ci.Cluster).instances[ci.ID]
 	v.AgentConnected = ptr(fi != nil && fi.connected)
 	s.fleet.mu.RUnlock()
 	s.events.Record(ctx, ci.Cluster, events.ContainerInstanceStateChangeEvent(v, s.arns.cluster(ci.Cluster), s.now()))

@@ -86,8 +86,7 @@ func (x fleetIndex) Reset() {
 	f := x.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	switch x.kind {
-	case "credentials/":
+	if x.kind == "credentials/" {
 		clear(f.managed)
 		return
 	}
@@ -137,15 +136,6 @@ func (c *fleetCluster) ungroup(t *fleetTask) {
 	}
 }
 
-// instanceOrNil is the instance's entry, nil when there is none (or no
-// cluster).
-func (c *fleetCluster) instanceOrNil(id string) *fleetInstance {
-	if c == nil {
-		return nil
-	}
-	return c.instances[id]
-}
-
 func (c *fleetCluster) instance(id string) *fleetInstance {
 	fi := c.instances[id]
 	if fi == nil {
@@ -157,7 +147,6 @@ func (c *fleetCluster) instance(id string) *fleetInstance {
 
 // fleetInstanceProbe is what the fleet reads of an instance record.
 type fleetInstanceProbe struct {
-	ID                 string             `json:"capstanId"`
 	Arn                string             `json:"containerInstanceArn"`
 	Status             string             `json:"status"`
 	CP                 string             `json:"capacityProviderName"`
@@ -215,15 +204,10 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 			return
 		}
 		rem := readResources(p.RemainingResources)
-		attrs := make(map[string]string, len(p.Attributes)+1)
-		for _, a := range p.Attributes {
-			attrs[a.Name] = a.Value
-		}
-		attrs["ecs.instance-id"] = parts[2]
 		fi.rev = rev
 		fi.rec, fi.arn, fi.status, fi.cp, fi.accessKeyID = true, p.Arn, p.Status, p.CP, p.AccessKeyID
 		fi.registeredAt = p.RegisteredAt.Time
-		fi.cpu, fi.mem, fi.ports, fi.attributes = rem.cpu, rem.memory, rem.ports, attrs
+		fi.cpu, fi.mem, fi.ports, fi.attributes = rem.cpu, rem.memory, rem.ports, attributesOf(p.Attributes, parts[2])
 	case "sessions/":
 		if len(parts) != 3 {
 			return
@@ -312,9 +296,8 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 // intern shares the handful of status strings instead of keeping a copy
 // per task.
 func intern(s string) string {
-	switch s {
-	case "PROVISIONING", "PENDING", "ACTIVATING", "RUNNING", "DEACTIVATING", "STOPPING", "DEPROVISIONING", "STOPPED":
-		return statusNames[s]
+	if n, ok := statusNames[s]; ok {
+		return n
 	}
 	return s
 }

@@ -370,10 +370,10 @@ func (s *Service) instanceTaskCounts(ctx context.Context, ci store.ContainerInst
 	return running, pending, nil
 }
 
-// desiredRow decodes nothing: listing desired keys needs only their names.
-type desiredRow struct{}
+// keyOnly decodes nothing: for reads that need keys and revisions only.
+type keyOnly struct{}
 
-func (*desiredRow) UnmarshalJSON([]byte) error { return nil }
+func (*keyOnly) UnmarshalJSON([]byte) error { return nil }
 
 func (s *Service) DescribeContainerInstances(ctx context.Context, req *shapes.DescribeContainerInstancesRequest) (*shapes.DescribeContainerInstancesResponse, error) {
 	cl, err := s.activeCluster(ctx, "cluster", req.Cluster)
@@ -449,11 +449,17 @@ func (f instanceFilter) match(attrs map[string]string) bool {
 }
 
 func attributeMap(ci store.ContainerInstance) map[string]string {
-	m := make(map[string]string, len(ci.Attributes)+1)
-	for _, a := range ci.Attributes {
+	return attributesOf(ci.Attributes, ci.ID)
+}
+
+// attributesOf is what memberOf expressions match: an instance's attributes
+// and its ID.
+func attributesOf(attrs []shapes.Attribute, id string) map[string]string {
+	m := make(map[string]string, len(attrs)+1)
+	for _, a := range attrs {
 		m[a.Name] = a.Value
 	}
-	m["ecs.instance-id"] = ci.ID
+	m["ecs.instance-id"] = id
 	return m
 }
 
@@ -642,7 +648,7 @@ func (s *Service) deregister(ctx context.Context, req *shapes.DeregisterContaine
 
 // instanceTasks lists the tasks that have a desired entry on the instance.
 func (s *Service) instanceTasks(ctx context.Context, ci store.ContainerInstance) ([]store.Item[store.Task], error) {
-	rows, _, err := store.List[desiredRow](ctx, s.st, store.DesiredPrefix(ci.Cluster, ci.ID), "", 0)
+	rows, _, err := store.List[keyOnly](ctx, s.st, store.DesiredPrefix(ci.Cluster, ci.ID), "", 0)
 	if err != nil {
 		return nil, err
 	}

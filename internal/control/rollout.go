@@ -24,17 +24,12 @@ type rolloutFleet struct{ s *Service }
 // Managed reports whether Capstan provisioned the instance (through its
 // credential): such instances are replaced, never changed in place.
 func (s *Service) Managed(ctx context.Context, ci store.ContainerInstance) bool {
-	return s.managedKey(ctx, ci.AccessKeyID)
-}
-
-func (s *Service) managedKey(ctx context.Context, accessKeyID string) bool {
-	if accessKeyID == "" {
+	v, err := s.fleetView(ctx)
+	if err != nil {
 		return false
 	}
-	c, err := store.Get[struct {
-		Managed bool `json:"managed"`
-	}](ctx, s.st, store.CredentialKey(accessKeyID))
-	return err == nil && c.Value.Managed
+	defer v.done()
+	return v.f.managed[ci.AccessKeyID]
 }
 
 func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment) ([]deployments.Instance, error) {

@@ -668,11 +668,6 @@ func (s *Service) serviceEvents(ctx context.Context, svc store.Service) ([]shape
 	return it.Value.Events, nil
 }
 
-// groupProbe is a task's group alone, to filter before decoding.
-type groupProbe struct {
-	Group string `json:"group"`
-}
-
 // tasksByGroup lists a cluster's tasks of the given groups by group, from
 // the fleet view.
 func (s *Service) tasksByGroup(ctx context.Context, cluster string, groups ...string) (map[string][]services.Task, error) {

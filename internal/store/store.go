@@ -188,62 +188,6 @@ func List[T any](ctx context.Context, s *Store, prefix, after string, limit int)
 	return items, more, decodeErr
 }
 
-// ListWhere reads the objects under prefix that keep accepts. Each value
-// is first decoded into P, a few fields the test needs, and decoded whole
-// into T only when kept: at scale a list is mostly what the caller does not
-// want (a cluster's tasks, read for one service's), and decoding is what a
-// list from the cache costs.
-func ListWhere[T, P any](ctx context.Context, s *Store, prefix string, keep func(P) bool) ([]Item[T], error) {
-	if err := s.sync(ctx); err != nil {
-		return nil, err
-	}
-	var items []Item[T]
-	var decodeErr error
-	s.cache.scan(s.prefix+prefix, "", 0, func(k string, e entry) bool {
-		var p P
-		if err := json.Unmarshal(e.value, &p); err != nil {
-			decodeErr = fmt.Errorf("decode %s: %w", k, err)
-			return false
-		}
-		if !keep(p) {
-			return true
-		}
-		var v T
-		if err := json.Unmarshal(e.value, &v); err != nil {
-			decodeErr = fmt.Errorf("decode %s: %w", k, err)
-			return false
-		}
-		items = append(items, Item[T]{Key: k[len(s.prefix):], Rev: e.rev, Value: v})
-		return true
-	})
-	return items, decodeErr
-}
-
-// ListMatch reads the objects under prefix whose stored JSON match
-// accepts. match is a test on the bytes (a substring, say) that costs next
-// to nothing against decoding; it only narrows, so the caller still checks
-// what it decoded.
-func ListMatch[T any](ctx context.Context, s *Store, prefix string, match func(raw []byte) bool) ([]Item[T], error) {
-	if err := s.sync(ctx); err != nil {
-		return nil, err
-	}
-	var items []Item[T]
-	var decodeErr error
-	s.cache.scan(s.prefix+prefix, "", 0, func(k string, e entry) bool {
-		if !match(e.value) {
-			return true
-		}
-		var v T
-		if err := json.Unmarshal(e.value, &v); err != nil {
-			decodeErr = fmt.Errorf("decode %s: %w", k, err)
-			return false
-		}
-		items = append(items, Item[T]{Key: k[len(s.prefix):], Rev: e.rev, Value: v})
-		return true
-	})
-	return items, decodeErr
-}
-
 func afterKey(prefix, after string) string {
 	if after == "" {
 		return ""

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 )
@@ -143,42 +142,6 @@ func TestSubscriptionSeesChangesInOrder(t *testing.T) {
 	}
 }
 
-func TestListWhereDecodesOnlyWhatIsKept(t *testing.T) {
-	ctx := context.Background()
-	s := open(t, t.TempDir())
-	defer s.Close()
-	for i := range 10 {
-		if _, err := s.Txn().Create(fmt.Sprintf("w/%02d", i), obj{Name: fmt.Sprintf("n%d", i%3), N: i}).Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A value that only the probe can read: it must not be decoded whole
-	// unless kept.
-	if _, err := s.Txn().Create("w/zz", map[string]any{"name": "other", "n": "not a number"}).Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	type probe struct {
-		Name string `json:"name"`
-	}
-	items, err := ListWhere[obj](ctx, s, "w/", func(p probe) bool { return p.Name == "n1" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []int
-	for _, it := range items {
-		got = append(got, it.Value.N)
-		if it.Rev == 0 || it.Key == "" {
-			t.Fatalf("item without key or revision: %+v", it)
-		}
-	}
-	if fmt.Sprint(got) != "[1 4 7]" {
-		t.Fatalf("kept %v, want [1 4 7] in key order", got)
-	}
-	if _, err := ListWhere[obj](ctx, s, "w/", func(p probe) bool { return p.Name == "other" }); err == nil {
-		t.Fatal("a kept value that does not decode gave no error")
-	}
-}
-
 // Subscriptions of nested, equal, empty and exact-key prefixes each get
 // exactly the changes under their prefix; a closed one gets nothing more.
 func TestSubscriptionsByPrefix(t *testing.T) {
@@ -236,24 +199,4 @@ func canceled() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
-}
-
-func TestListMatchFiltersOnBytes(t *testing.T) {
-	ctx := context.Background()
-	s := open(t, t.TempDir())
-	defer s.Close()
-	for i := range 6 {
-		s.Txn().Create(fmt.Sprintf("m/%d", i), obj{Name: fmt.Sprintf("n%d", i%2), N: i}).Commit(ctx)
-	}
-	items, err := ListMatch[obj](ctx, s, "m/", func(raw []byte) bool { return strings.Contains(string(raw), `"name":"n1"`) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []int
-	for _, it := range items {
-		got = append(got, it.Value.N)
-	}
-	if fmt.Sprint(got) != "[1 3 5]" {
-		t.Fatalf("matched %v", got)
-	}
 }

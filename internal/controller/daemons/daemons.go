@@ -78,7 +78,7 @@ func (r *Reconciler) instanceOfTask(ctx context.Context, ch store.Change) []stri
 	// Other tasks matter here only once stopped (a draining instance stops
 	// its daemons after them): a fleet's service tasks starting do not each
 	// wake their instance's daemons.
-	if !strings.HasPrefix(t.Group, "daemon:") && t.LastStatus != "STOPPED" {
+	if !control.IsDaemonGroup(t.Group) && t.LastStatus != "STOPPED" {
 		return nil
 	}
 	return []string{store.ContainerInstanceKey(t.Cluster, t.InstanceID)}
@@ -134,7 +134,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			continue
 		}
 		switch {
-		case strings.HasPrefix(t.Group, "daemon:"):
+		case control.IsDaemonGroup(t.Group):
 			in.LiveDaemonTasks++
 		default:
 			in.OtherLiveTasks++
