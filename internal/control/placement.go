@@ -145,13 +145,12 @@ func place(cands []*candidate, n need, rules placementRules, rnd *rand.Rand) (*c
 			reasons[notPorts]++
 			continue
 		}
-		if !slices.ContainsFunc(rules.memberOf, func(m instanceFilter) bool { return !m.match(c.attributes) }) {
-			for i, k := range keys {
-				key[i] = k(c)
-			}
-		} else {
+		if slices.ContainsFunc(rules.memberOf, func(m instanceFilter) bool { return !m.match(c.attributes) }) {
 			reasons[notMemberOf]++
 			continue
+		}
+		for i, k := range keys {
+			key[i] = k(c)
 		}
 		cmp := 0
 		if best != nil {

@@ -361,7 +361,7 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 		}
 		rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 		for i := range left {
-			if r.count > startChunk && len(chunk) == s.startChunk() {
+			if r.count > startChunk && len(chunk) == s.chunkSize() {
 				if err := commit(); err != nil {
 					return err
 				}
@@ -425,7 +425,8 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 // up to startChunk tasks (RunTask, StartTask) commit all or nothing.
 const startChunk = 40
 
-func (s *Service) startChunk() int { return max(startChunk, (s.st.MaxTxnOps()-8)/3) }
+// chunkSize is how many tasks one transaction of a bigger request writes.
+func (s *Service) chunkSize() int { return max(startChunk, (s.st.MaxTxnOps()-8)/3) }
 
 // candidates are the instances that can take new tasks: ACTIVE, with a
 // connected agent (or exactly the named ones for StartTask), from the
