@@ -262,19 +262,6 @@ func (s *Service) SetInstanceStatus(ctx context.Context, cluster, id, status, re
 	})
 }
 
-// InstanceTasks lists the tasks placed on an instance that are not gone.
-func (s *Service) InstanceTasks(ctx context.Context, ci store.ContainerInstance) ([]store.Task, error) {
-	items, err := s.instanceTasks(ctx, ci)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]store.Task, 0, len(items))
-	for _, it := range items {
-		out = append(out, it.Value)
-	}
-	return out, nil
-}
-
 // DeregisterDrained retires a drained instance: INACTIVE, nothing left on it.
 func (s *Service) DeregisterDrained(ctx context.Context, cluster, id string) error {
 	return s.Retire(ctx, cluster, id, "Container instance drained and deregistered")

@@ -354,12 +354,12 @@ func (s *Service) instanceView(ctx context.Context, ci store.ContainerInstance, 
 
 // instanceTaskCounts counts the tasks placed on an instance by last status.
 func (s *Service) instanceTaskCounts(ctx context.Context, ci store.ContainerInstance) (running, pending int, err error) {
-	tasks, err := s.instanceTasks(ctx, ci)
+	tasks, err := s.InstanceTaskBriefs(ctx, ci.Cluster, ci.ID)
 	if err != nil {
 		return 0, 0, storeErr(err)
 	}
 	for _, t := range tasks {
-		switch t.Value.LastStatus {
+		switch t.LastStatus {
 		case "RUNNING":
 			running++
 		case "STOPPED":

@@ -380,13 +380,13 @@ func (r *Reconciler) scaleIn(ctx context.Context, cp store.CapacityProvider, m s
 		}
 		after = time.Duration(v) * time.Second
 	}
-	tasks, err := r.Svc.InstanceTasks(ctx, ci)
+	tasks, err := r.Svc.InstanceTaskBriefs(ctx, ci.Cluster, ci.ID)
 	if err != nil {
 		return err
 	}
 	busy := false
 	for _, t := range tasks {
-		if t.LastStatus != "STOPPED" && !control.IsDaemonTask(t) {
+		if t.LastStatus != "STOPPED" && !control.IsDaemonGroup(t.Group) {
 			busy = true
 		}
 	}
