@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,6 +35,19 @@ type embedded struct {
 // startEmbedded starts etcd with its data in dir. Ports are chosen once and
 // kept in dir so that a restarted member finds the peer URL it recorded.
 func startEmbedded(ctx context.Context, dir string) (*embedded, *clientv3.Client, error) {
+	for attempt := 0; ; attempt++ {
+		e, c, err := startEmbeddedOnce(ctx, dir)
+		// Ports are picked free, then bound by etcd a moment later: another
+		// process can take one between. New ones are picked.
+		if errors.Is(err, syscall.EADDRINUSE) && attempt < 3 {
+			os.Remove(filepath.Join(dir, "ports"))
+			continue
+		}
+		return e, c, err
+	}
+}
+
+func startEmbeddedOnce(ctx context.Context, dir string) (*embedded, *clientv3.Client, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("etcd data dir: %w", err)
 	}
