@@ -132,12 +132,17 @@ type childHost struct {
 	mu  sync.Mutex
 }
 
-func newChildHost(dir, logPath string) (*childHost, error) {
+// newChildHost starts the child at niceness nice (0: as this process):
+// started under nice(1), so every thread of it inherits the priority.
+func newChildHost(dir, logPath string, nice int) (*childHost, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(exe)
+	if nice != 0 {
+		cmd = exec.Command("nice", "-n", strconv.Itoa(nice), exe)
+	}
 	cmd.Env = append(os.Environ(), childEnv+"="+dir, "CAPSTAN_SCALE_AGENT_LOG="+logPath)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

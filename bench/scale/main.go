@@ -61,12 +61,14 @@ type options struct {
 	jsonOut        string
 	etcdEndpoints  []string
 	cpuProfile     string
+	profilePhase   string
 	memProfile     string
 	provisionDelay time.Duration
 	rolloutTimeout time.Duration
 	phaseTimeout   time.Duration
 	serverLog      string
 	agentLog       string
+	agentNice      int
 	work           string
 	keep           bool
 	serverDebug    bool
@@ -118,6 +120,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.jsonOut, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated URLs of an external etcd (default: embedded)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server process's CPU profile (whole run) here")
+	fs.StringVar(&o.profilePhase, "profile-phase", "", "profile only this phase: service (placing the service tasks) or rollout (the drainPercent 25 rollout)")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile after the service is placed here")
 	fs.DurationVar(&o.provisionDelay, "sim-provision-delay", 0, "boot delay of instances the server provisions itself")
 	fs.DurationVar(&o.rolloutTimeout, "rollout-timeout", 2*time.Minute, "give up on a daemon rollout after this long")
@@ -125,6 +128,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.serverLog, "server-log", "", "write the server's log here")
 	fs.BoolVar(&o.serverDebug, "server-debug", false, "log at debug level to -server-log (each reconcile and how long it took)")
 	fs.StringVar(&o.agentLog, "agent-log", "", "write the hollow agents' warnings here")
+	fs.IntVar(&o.agentNice, "agent-nice", 0, "run the hollow agents at this niceness (e.g. 10): on one machine they take the cores a real fleet's agents would not")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -144,6 +148,8 @@ type Report struct {
 	Machine   Machine   `json:"machine"`
 	Instances int       `json:"instances"`
 	Etcd      string    `json:"etcd"`
+	// AgentNice is the hollow agents' niceness (0: same as the server).
+	AgentNice int `json:"agent_nice"`
 
 	CredentialsSeconds      float64 `json:"credentials_seconds"`
 	RegisterSeconds         float64 `json:"register_seconds"`
@@ -248,7 +254,7 @@ func machine() Machine {
 // run performs the whole measurement; the report holds what was measured
 // even when a step fails.
 func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
-	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", RolloutSeconds: -1,
+	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, RolloutSeconds: -1,
 		DetectSeconds: -1, ReplaceSeconds: -1, Invariants: []string{}}
 	if len(o.etcdEndpoints) > 0 {
 		rep.Etcd = strings.Join(o.etcdEndpoints, ",")
@@ -263,15 +269,16 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 			defer os.RemoveAll(dir)
 		}
 	}
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
+	switch o.profilePhase {
+	case "":
+		stop, err := o.profile("")
 		if err != nil {
 			return nil, err
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return nil, err
-		}
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
+		defer stop()
+	case "service", "rollout":
+	default:
+		return nil, fmt.Errorf("-profile-phase: want service or rollout, got %q", o.profilePhase)
 	}
 	h, err := start(ctx, o, w)
 	if err != nil {
@@ -387,6 +394,10 @@ func measure(ctx context.Context, o options, h *harness, rep *Report) error {
 		return fmt.Errorf("register task definition: %w", err)
 	}
 	rep.ServiceTasks = 2 * n
+	stopProfile, err := o.profile("service")
+	if err != nil {
+		return err
+	}
 	t = time.Now()
 	left := 2 * n
 	for _, name := range serviceNames(2 * n) {
@@ -399,7 +410,9 @@ func measure(ctx context.Context, o options, h *harness, rep *Report) error {
 		}
 	}
 	var placed time.Time
-	if err := h.waitService(ctx, 2*n, o.phaseTimeout, &placed); err != nil {
+	err = h.waitService(ctx, 2*n, o.phaseTimeout, &placed)
+	stopProfile()
+	if err != nil {
 		return err
 	}
 	rep.ServiceSeconds = time.Since(t).Seconds()
@@ -427,6 +440,23 @@ func measure(ctx context.Context, o options, h *harness, rep *Report) error {
 	return h.loss(ctx, o, rep, daemonArn)
 }
 
+// profile starts the CPU profile when it covers phase ("" for the whole
+// run); the returned func stops it.
+func (o options) profile(phase string) (func(), error) {
+	if o.cpuProfile == "" || o.profilePhase != phase {
+		return func() {}, nil
+	}
+	f, err := os.Create(o.cpuProfile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
 // rollouts runs UpdateDaemon with drainPercent 25, 100 and 10.
 func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonArn string, instances []string) error {
 	for i, drain := range []float64{25, 100, 10} {
@@ -443,11 +473,19 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 		} else {
 			close(sampled)
 		}
+		stopProfile := func() {}
+		if i == 0 {
+			if stopProfile, err = o.profile("rollout"); err != nil {
+				stopSampling()
+				return err
+			}
+		}
 		t := time.Now()
 		_, err = h.c.UpdateDaemon(ctx, &ecs.UpdateDaemonInput{DaemonArn: aws.String(daemonArn), DaemonTaskDefinitionArn: aws.String(td),
 			CapacityProviderArns: []string{h.cpArn}, Critical: aws.Bool(true),
 			DeploymentConfiguration: &types.DaemonDeploymentConfiguration{DrainPercent: aws.Float64(drain)}})
 		if err != nil {
+			stopProfile()
 			stopSampling()
 			return fmt.Errorf("update daemon (drainPercent %v): %w", drain, err)
 		}
@@ -476,6 +514,7 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 			}
 			return true, nil
 		})
+		stopProfile()
 		stopSampling()
 		<-sampled
 		if lat != nil {
@@ -598,8 +637,8 @@ func secs(v float64) string {
 
 func printTable(w io.Writer, r *Report) {
 	m := r.Machine
-	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, etcd %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
-		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, r.Etcd)
+	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, etcd %s, agents at nice %d\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
+		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, r.Etcd, r.AgentNice)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "hollow instances\t%d\n", r.Instances)
 	fmt.Fprintf(tw, "registration (launch → all ACTIVE, connected)\t%.1f s\t%.0f instances/s\n", r.RegisterSeconds, r.InstancesPerSecond)

@@ -55,6 +55,20 @@ type Handler struct {
 	log       *slog.Logger
 	ops       map[string]operation
 	metrics   *Metrics
+	// Scope, when set, gives each request its caller's consistency scope;
+	// readOnly says the operation only reads (Describe*, List*, Get*,
+	// Preview*).
+	Scope func(ctx context.Context, p auth.Principal, readOnly bool) context.Context
+}
+
+// ReadOnly reports whether an operation name only reads.
+func ReadOnly(op string) bool {
+	for _, p := range []string{"Describe", "List", "Get", "Preview"} {
+		if strings.HasPrefix(op, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // NewHandler returns a handler with no operations registered.
@@ -186,6 +200,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, op, target strin
 		return h.fail(w, toWire(err, h.log))
 	}
 	ctx := WithCaller(r.Context(), p)
+	if h.Scope != nil {
+		ctx = h.Scope(ctx, p, ReadOnly(op))
+	}
 	resp, err := o.call(ctx, body)
 	if err != nil {
 		return h.fail(w, toWire(err, h.log))

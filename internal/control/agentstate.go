@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
@@ -37,20 +38,33 @@ func cutLast(path string) (string, string, bool) {
 	return "", "", false
 }
 
-// Manifest is the desired task set of an instance, as its agent gets it.
-// Its sequence is the store revision it was read at, so it only grows, on
+// ManifestMessage is the desired task set of an instance as the message its
+// agent gets (a protocol.Message of type manifest), built from the stored
+// entries as they are: each is a protocol.Task already, so a fleet's
+// manifests are not decoded and encoded again on every change. Its
+// sequence is the store revision it was read at, so it only grows, on
 // every server.
-func (s *Service) Manifest(ctx context.Context, cluster, id string) (protocol.Manifest, error) {
+func (s *Service) ManifestMessage(ctx context.Context, cluster, id string) ([]byte, error) {
 	rev := s.st.Revision()
-	items, _, err := store.List[protocol.Task](ctx, s.st, store.DesiredPrefix(cluster, id), "", 0)
+	tasks, err := store.ListRaw(ctx, s.st, store.DesiredPrefix(cluster, id))
 	if err != nil {
-		return protocol.Manifest{}, err
+		return nil, err
 	}
-	m := protocol.Manifest{Seq: uint64(max(rev, s.st.Revision())), Tasks: make([]protocol.Task, 0, len(items))}
-	for _, it := range items {
-		m.Tasks = append(m.Tasks, it.Value)
+	n := 64
+	for _, t := range tasks {
+		n += len(t) + 1
 	}
-	return m, nil
+	b := make([]byte, 0, n)
+	b = append(b, `{"type":"`+protocol.TypeManifest+`","manifest":{"seq":`...)
+	b = strconv.AppendUint(b, uint64(max(rev, s.st.Revision())), 10)
+	b = append(b, `,"tasks":[`...)
+	for i, t := range tasks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, t...)
+	}
+	return append(b, "]}}"...), nil
 }
 
 // ApplyTaskStates writes what an agent reports about its tasks. A state

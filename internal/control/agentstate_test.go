@@ -2,6 +2,8 @@ package control
 
 import (
 	"context"
+	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/capstanhq/capstan/internal/protocol"
@@ -65,5 +67,45 @@ func TestApplyTaskStatesBatch(t *testing.T) {
 		if n, _ := st.Count(ctx, store.DesiredPrefix("c", "i1")); n != 2 {
 			t.Fatalf("%d manifest entries, want 2 (t3 left)", n)
 		}
+	}
+}
+
+// The manifest message is built from the stored entries without decoding
+// them; the agent must still read it as the protocol's message.
+func TestManifestMessageDecodes(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
+	empty, err := s.ManifestMessage(ctx, "c", "i1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m protocol.Message
+	if err := json.Unmarshal(empty, &m); err != nil || m.Type != protocol.TypeManifest || m.Manifest == nil || m.Manifest.Tasks == nil || len(m.Manifest.Tasks) != 0 {
+		t.Fatalf("empty manifest %s: %+v %v", empty, m, err)
+	}
+	want := []protocol.Task{
+		{Arn: "arn:a", Kind: protocol.KindDaemon, DesiredStatus: "RUNNING", Version: 3},
+		{Arn: "arn:b", Kind: protocol.KindService, DesiredStatus: "STOPPED", StoppedReason: `quote " and \ and ü`, Version: 1},
+	}
+	rev, err := st.Txn().Create(store.DesiredKey("c", "i1", "a"), want[0]).Create(store.DesiredKey("c", "i1", "b"), want[1]).
+		Create(store.DesiredKey("c", "i2", "x"), protocol.Task{Arn: "arn:other"}).Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.ManifestMessage(ctx, "c", "i1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = protocol.Message{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if m.Type != protocol.TypeManifest || m.Manifest.Seq < uint64(rev) || !reflect.DeepEqual(m.Manifest.Tasks, want) {
+		t.Fatalf("manifest %s\ndecoded %+v, want seq ≥ %d and %+v", b, m.Manifest, rev, want)
 	}
 }

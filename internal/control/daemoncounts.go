@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"strings"
 )
 
 // DaemonCount is how a daemon stands on the instances of one capacity
@@ -19,8 +20,12 @@ type DaemonCount struct {
 // daemons controller acts on.
 func (s *Service) DaemonCounts(ctx context.Context, cluster, daemon string, cpArns []string) (map[string]*DaemonCount, error) {
 	out := map[string]*DaemonCount{}
+	// By name: the ARNs are this server's, and building one per instance
+	// was most of the walk's garbage.
+	byName := map[string]*DaemonCount{}
 	for _, cp := range cpArns {
 		out[cp] = &DaemonCount{Running: map[string]int{}, Draining: map[string]int{}}
+		byName[cp[strings.LastIndexByte(cp, '/')+1:]] = out[cp]
 	}
 	v, err := s.fleetView(ctx)
 	if err != nil {
@@ -32,8 +37,7 @@ func (s *Service) DaemonCounts(ctx context.Context, cluster, daemon string, cpAr
 		if !fi.rec || fi.status == "INACTIVE" || fi.cp == "" {
 			continue
 		}
-		cpArn := s.arns.capacityProvider(fi.cp)
-		n, ok := out[cpArn]
+		n, ok := byName[fi.cp]
 		if !ok {
 			continue
 		}

@@ -40,13 +40,18 @@ func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment)
 	}
 	defer v.done()
 	c := v.cluster(dep.Cluster)
-	var out []deployments.Instance
+	// By name, the ARN built once per provider rather than per instance.
+	cps := map[string]string{}
+	for _, a := range dep.CapacityProviderArns {
+		cps[a[strings.LastIndexByte(a, '/')+1:]] = a
+	}
+	out := make([]deployments.Instance, 0, len(c.instances))
 	for _, fi := range c.instances {
 		if !fi.rec || fi.status == "INACTIVE" || fi.cp == "" {
 			continue
 		}
-		cp := s.arns.capacityProvider(fi.cp)
-		if !slices.Contains(dep.CapacityProviderArns, cp) {
+		cp, ok := cps[fi.cp]
+		if !ok {
 			continue
 		}
 		in := deployments.Instance{ID: fi.id, Arn: fi.arn, CapacityProvider: cp, Status: fi.status,
@@ -101,6 +106,18 @@ func (f rolloutFleet) Replace(ctx context.Context, tx *store.Txn, dep store.Daem
 			v := p.Value
 			v.RevisionArn, v.Attempts, v.Failure = st.Target, 0, ""
 			tx.Update(p.Key, p.Rev, v)
+			// The old task stops in the same write, so the whole batch's
+			// agents hear of it at once; the daemons controller only starts
+			// the new one once it has stopped (it would stop it otherwise,
+			// one instance per worker at a time).
+			if v.TaskID != "" && v.TaskRevisionArn != "" && v.TaskRevisionArn != st.Target {
+				t, err := store.Get[store.Task](ctx, s.st, store.TaskKey(dep.Cluster, v.TaskID))
+				if err == nil && t.Value.DesiredStatus != "STOPPED" {
+					if err := s.stopTaskTxn(ctx, tx, t, "ServiceSchedulerInitiated", "Daemon deployment: replaced by revision "+st.Target); err != nil {
+						return store.Replacement{}, err
+					}
+				}
+			}
 		}
 		return store.Replacement{Instance: ci.ID, InPlace: true}, nil
 	}

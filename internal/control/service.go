@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/api"
@@ -48,6 +49,10 @@ type Service struct {
 	endpoint string
 	events   *Emitter
 	fleet    *fleet
+	// placing serializes this process's placements per cluster (a
+	// *sync.Mutex by cluster name): two services placing at once picked
+	// the same instances and one of them redid its whole chunk.
+	placing sync.Map
 
 	alarmSource      bool
 	progressDeadline time.Duration

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/api/shapes"
@@ -251,6 +252,11 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 			return err
 		}
 		cluster := cl.Value.ClusterName
+		// Placements of other processes, and other writers of instance
+		// records, are still caught by the revision checks.
+		mu, _ := s.placing.LoadOrStore(cluster, new(sync.Mutex))
+		mu.(*sync.Mutex).Lock()
+		defer mu.(*sync.Mutex).Unlock()
 		lookup := s.activeTaskDefinition
 		if r.owner != nil {
 			if err := s.ownerUnchanged(ctx, *r.owner); err != nil {

@@ -23,7 +23,8 @@ type Loop struct {
 	Prefix    string
 	Reconcile Reconcile
 	Workers   int
-	// Resync re-queues every key this often, to heal anything missed.
+	// Resync re-queues every key this often, in the background, to heal
+	// anything missed.
 	Resync time.Duration
 	// Follow lists other prefixes whose changes concern this loop's keys.
 	Follow []Follow
@@ -36,6 +37,10 @@ type Loop struct {
 type Follow struct {
 	Prefix string
 	Keys   func(ctx context.Context, ch store.Change) []string
+	// Background queues the keys behind every other: for a change that
+	// concerns every key (a cluster-wide setting) and that most of them
+	// will find nothing to do about.
+	Background bool
 }
 
 // Run blocks until ctx ends.
@@ -78,7 +83,11 @@ func (l *Loop) Run(ctx context.Context) {
 			}
 		}
 	}()
-	followed := make(chan []string)
+	type wake struct {
+		keys []string
+		p    int
+	}
+	followed := make(chan wake)
 	for _, f := range l.Follow {
 		fsub := l.Store.Subscribe(f.Prefix)
 		defer fsub.Close()
@@ -97,12 +106,15 @@ func (l *Loop) Run(ctx context.Context) {
 					default:
 					}
 				}
-				var keys []string
+				w := wake{p: urgent}
+				if f.Background {
+					w.p = background
+				}
 				for _, c := range ch {
-					keys = append(keys, f.Keys(ctx, c)...)
+					w.keys = append(w.keys, f.Keys(ctx, c)...)
 				}
 				select {
-				case followed <- keys:
+				case followed <- w:
 				case <-ctx.Done():
 					return
 				}
@@ -119,9 +131,9 @@ func (l *Loop) Run(ctx context.Context) {
 			for _, c := range ch {
 				q.add(c.Key)
 			}
-		case keys := <-followed:
-			for _, k := range keys {
-				q.add(k)
+		case w := <-followed:
+			for _, k := range w.keys {
+				q.addAt(k, w.p)
 			}
 		case <-relist:
 			l.enqueueAll(ctx, q)
@@ -138,7 +150,7 @@ func (l *Loop) enqueueAll(ctx context.Context, q *queue) {
 		return
 	}
 	for _, it := range items {
-		q.add(it.Key)
+		q.addAt(it.Key, background)
 	}
 }
 
@@ -175,39 +187,58 @@ func (l *Loop) work(ctx context.Context, q *queue) {
 	}
 }
 
+// Queue priorities: a key queued urgent is handed out before every key
+// queued in the background (resyncs, relists, fan-outs to every key). At
+// 5,000 instances a resync alone queued more keys than the workers finished
+// between two resyncs, and the keys a change concerned waited behind them.
+const (
+	background = 1
+	urgent     = 2
+)
+
 // queue holds each key at most once, and never hands the same key to two
 // workers at a time.
 type queue struct {
 	mu         sync.Mutex
 	cond       *sync.Cond
-	order      []string
-	queued     map[string]bool
+	order      []string       // urgent keys, in order
+	later      []string       // background keys, in order
+	queued     map[string]int // key → the priority it is queued at
 	processing map[string]bool
-	dirty      map[string]bool
+	dirty      map[string]int // key → priority to queue it at when done
 	closed     bool
 }
 
 func newQueue() *queue {
-	q := &queue{queued: map[string]bool{}, processing: map[string]bool{}, dirty: map[string]bool{}}
+	q := &queue{queued: map[string]int{}, processing: map[string]bool{}, dirty: map[string]int{}}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
 
-func (q *queue) add(key string) {
+func (q *queue) add(key string) { q.addAt(key, urgent) }
+
+// addAt queues key at priority p, or raises it to p if it waits at a lower
+// one (its old place is then skipped).
+func (q *queue) addAt(key string, p int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
 		return
 	}
 	if q.processing[key] {
-		q.dirty[key] = true
+		q.dirty[key] = max(q.dirty[key], p)
 		return
 	}
-	if !q.queued[key] {
-		q.queued[key] = true
-		q.order = append(q.order, key)
-		q.cond.Signal()
+	if q.queued[key] >= p {
+		return
 	}
+	q.queued[key] = p
+	if p == urgent {
+		q.order = append(q.order, key)
+	} else {
+		q.later = append(q.later, key)
+	}
+	q.cond.Signal()
 }
 
 func (q *queue) addAfter(key string, d time.Duration) {
@@ -217,17 +248,27 @@ func (q *queue) addAfter(key string, d time.Duration) {
 func (q *queue) get() (string, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.order) == 0 && !q.closed {
-		q.cond.Wait()
+	for {
+		for len(q.order) == 0 && len(q.later) == 0 && !q.closed {
+			q.cond.Wait()
+		}
+		if q.closed {
+			return "", false
+		}
+		var key string
+		p := urgent
+		if len(q.order) > 0 {
+			key, q.order = q.order[0], q.order[1:]
+		} else {
+			key, q.later, p = q.later[0], q.later[1:], background
+		}
+		if q.queued[key] != p {
+			continue // raised to urgent since, or handed out already
+		}
+		delete(q.queued, key)
+		q.processing[key] = true
+		return key, true
 	}
-	if q.closed {
-		return "", false
-	}
-	key := q.order[0]
-	q.order = q.order[1:]
-	delete(q.queued, key)
-	q.processing[key] = true
-	return key, true
 }
 
 func (q *queue) done(key string) {
@@ -236,8 +277,8 @@ func (q *queue) done(key string) {
 	again := q.dirty[key]
 	delete(q.dirty, key)
 	q.mu.Unlock()
-	if again {
-		q.add(key)
+	if again > 0 {
+		q.addAt(key, again)
 	}
 }
 

@@ -233,6 +233,10 @@ func send(ctx context.Context, conn *websocket.Conn, m protocol.Message) error {
 	if err != nil {
 		return err
 	}
+	return write(ctx, conn, b)
+}
+
+func write(ctx context.Context, conn *websocket.Conn, b []byte) error {
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return conn.Write(wctx, websocket.MessageText, b)
@@ -261,11 +265,11 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 	push := true
 	for {
 		if push {
-			m, err := g.svc.Manifest(ctx, s.cluster, s.instance)
+			b, err := g.svc.ManifestMessage(ctx, s.cluster, s.instance)
 			if err != nil {
 				return err
 			}
-			if err := send(ctx, s.conn, protocol.Message{Type: protocol.TypeManifest, Manifest: &m}); err != nil {
+			if err := write(ctx, s.conn, b); err != nil {
 				return err
 			}
 			push = false

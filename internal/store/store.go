@@ -122,12 +122,48 @@ func (s *Store) Ready() bool { return s.cache.ready() }
 // Revision is the newest revision the cache has applied.
 func (s *Store) Revision() int64 { return s.cache.revision() }
 
-// sync waits until the cache reflects every write this process committed.
+// sync waits until the cache reflects every write this process committed,
+// or, for scoped reads, every write made in the scope.
 func (s *Store) sync(ctx context.Context) error {
 	if ctx.Value(syncedKey{s}) != nil {
 		return nil
 	}
-	return s.cache.waitFor(ctx, s.lastWrite.Load())
+	rev := s.lastWrite.Load()
+	if sc, ok := ctx.Value(scopeKey{s}).(scopeCtx); ok && sc.reads {
+		rev = sc.s.last.Load()
+	}
+	return s.cache.waitFor(ctx, rev)
+}
+
+// Scope is one caller's consistency (a client session, in the usual
+// sense): reads made in it see every write made in it and everything the
+// process had written when it began, but need not wait for what other
+// callers or controllers wrote since. The API serves read-only calls this
+// way: waiting for the process's latest write made every Describe wait
+// for the watch behind busy controllers.
+type Scope struct{ last atomic.Int64 }
+
+// NewScope starts a scope that has seen every write so far, so that a
+// caller whose scope was forgotten loses nothing by starting another.
+func (s *Store) NewScope() *Scope {
+	ss := &Scope{}
+	ss.last.Store(s.lastWrite.Load())
+	return ss
+}
+
+type scopeKey struct{ s *Store }
+
+type scopeCtx struct {
+	s     *Scope
+	reads bool
+}
+
+// InScope returns ctx whose commits are noted in ss. With reads, its reads
+// wait only for the scope's writes; without, they wait for the process's
+// as other reads do (a call that writes reads at the latest, so that its
+// revision checks do not fail on what the process already wrote).
+func (s *Store) InScope(ctx context.Context, ss *Scope, reads bool) context.Context {
+	return context.WithValue(ctx, scopeKey{s}, scopeCtx{ss, reads})
 }
 
 type syncedKey struct{ s *Store }
@@ -175,17 +211,40 @@ func List[T any](ctx context.Context, s *Store, prefix, after string, limit int)
 	if err := s.sync(ctx); err != nil {
 		return nil, false, err
 	}
-	var decodeErr error
+	// Decoded after the scan: the cache's lock is held only to copy the
+	// entries (values are never changed in place), so a long List does not
+	// hold back the watch, and every reader queued behind it.
+	var kvs []kv
 	more = s.cache.scan(s.prefix+prefix, afterKey(s.prefix, after), limit, func(k string, e entry) bool {
-		var v T
-		if err := json.Unmarshal(e.value, &v); err != nil {
-			decodeErr = fmt.Errorf("decode %s: %w", k, err)
-			return false
-		}
-		items = append(items, Item[T]{Key: k[len(s.prefix):], Rev: e.rev, Value: v})
+		kvs = append(kvs, kv{k, e})
 		return true
 	})
-	return items, more, decodeErr
+	if len(kvs) == 0 {
+		return nil, more, nil
+	}
+	items = make([]Item[T], len(kvs))
+	for i, e := range kvs {
+		if err := json.Unmarshal(e.value, &items[i].Value); err != nil {
+			return nil, false, fmt.Errorf("decode %s: %w", e.key, err)
+		}
+		items[i].Key, items[i].Rev = e.key[len(s.prefix):], e.rev
+	}
+	return items, more, nil
+}
+
+// ListRaw returns the stored JSON of every object under prefix, in key
+// order, for callers that pass it on as it is. The slices are shared with
+// the cache: they must not be changed.
+func ListRaw(ctx context.Context, s *Store, prefix string) ([][]byte, error) {
+	if err := s.sync(ctx); err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	s.cache.scan(s.prefix+prefix, "", 0, func(_ string, e entry) bool {
+		out = append(out, e.value)
+		return true
+	})
+	return out, nil
 }
 
 func afterKey(prefix, after string) string {
@@ -282,16 +341,22 @@ func (t *Txn) Commit(ctx context.Context) (int64, error) {
 	}
 	rev := resp.Header.Revision
 	t.s.noteWrite(rev)
+	if sc, ok := ctx.Value(scopeKey{t.s}).(scopeCtx); ok {
+		raise(&sc.s.last, rev)
+	}
 	for _, fn := range t.after {
 		fn()
 	}
 	return rev, nil
 }
 
-func (s *Store) noteWrite(rev int64) {
+func (s *Store) noteWrite(rev int64) { raise(&s.lastWrite, rev) }
+
+// raise sets a to rev unless it is already higher.
+func raise(a *atomic.Int64, rev int64) {
 	for {
-		cur := s.lastWrite.Load()
-		if rev <= cur || s.lastWrite.CompareAndSwap(cur, rev) {
+		cur := a.Load()
+		if rev <= cur || a.CompareAndSwap(cur, rev) {
 			return
 		}
 	}

@@ -200,3 +200,43 @@ func canceled() context.Context {
 	cancel()
 	return ctx
 }
+
+func TestScopeReadsWaitForTheirOwnWritesOnly(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	defer s.Close()
+
+	sc := s.NewScope()
+	reads := s.InScope(ctx, sc, true)
+	rev, err := s.Txn().Create("a/1", obj{"one", 1}).Commit(s.InScope(ctx, sc, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sc.last.Load(); got != rev {
+		t.Fatalf("scope noted revision %d, want the commit's %d", got, rev)
+	}
+	if it, err := Get[obj](reads, s, "a/1"); err != nil || it.Value.Name != "one" {
+		t.Fatalf("scoped read of the scope's own write: %+v %v", it, err)
+	}
+	// Another writer of this process has committed, and the watch has not
+	// delivered it yet.
+	s.noteWrite(rev + 1000)
+	if it, err := Get[obj](reads, s, "a/1"); err != nil || it.Value.Name != "one" {
+		t.Fatalf("scoped read waited for a write outside the scope: %+v %v", it, err)
+	}
+	short := func(f func(ctx context.Context) error) error {
+		c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		return f(c)
+	}
+	for name, c := range map[string]func(context.Context) context.Context{
+		"unscoped":           func(c context.Context) context.Context { return c },
+		"scoped write call":  func(c context.Context) context.Context { return s.InScope(c, sc, false) },
+		"scope started late": func(c context.Context) context.Context { return s.InScope(c, s.NewScope(), true) },
+	} {
+		err := short(func(cc context.Context) error { _, err := Get[obj](c(cc), s, "a/1"); return err })
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s read: got %v, want it to wait for the process's write", name, err)
+		}
+	}
+}

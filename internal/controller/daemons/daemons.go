@@ -31,7 +31,10 @@ const Prefix = "containerinstances/"
 // concern.
 func (r *Reconciler) Follows() []controller.Follow {
 	return []controller.Follow{
-		{Prefix: "daemons/", Keys: r.instancesOfCluster},
+		// Every instance of the cluster, most with nothing to do (a
+		// rollout moves them batch by batch): behind the instances a
+		// change concerns.
+		{Prefix: "daemons/", Keys: r.instancesOfCluster, Background: true},
 		{Prefix: "tasks/", Keys: r.instanceOfTask},
 		// A rollout retargets placements of hand-started instances.
 		{Prefix: "daemonplacements/", Keys: instanceOfPlacement},

@@ -129,7 +129,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return 0, err
 		}
-		w := World{Current: err == nil && daemon.Value.DeploymentArn == dep.DaemonDeploymentArn, Now: r.Now(), Deadline: r.ProgressDeadline}
+		w := World{Current: err == nil && daemon.Value.DeploymentArn == dep.DaemonDeploymentArn, Now: r.Now(), Deadline: r.ProgressDeadline,
+			MaxOps: r.Store.MaxTxnOps() - 8}
 		var rollbackTo *store.DaemonRevision
 		if w.Current {
 			if err := r.look(ctx, dep, &w); err != nil {

@@ -53,6 +53,9 @@ type World struct {
 	Now         time.Time
 	// Deadline stops a rollout that made no progress for this long.
 	Deadline time.Duration
+	// MaxOps bounds the operations one write spends beginning instances
+	// (0: MaxStartOps); the store's transaction limit sets it.
+	MaxOps int
 }
 
 // Decision is what a rollout does next.
@@ -87,11 +90,12 @@ const StallAfter = 20 * time.Second
 // replacing, so a batch of thousands goes in several writes (an etcd
 // transaction holds 128 operations by default; the deployment record and
 // slack take the rest). A replacement costs 3 (the drain, the launch
-// request and its credential), an in-place change or a retirement 1.
+// request and its credential), an in-place change 3 (the placement, and
+// the old task and its agent's entry stopping), a retirement 1.
 const MaxStartOps = 120
 
 func startOps(s Start) int {
-	if s.InPlace || s.Retire {
+	if s.Retire {
 		return 1
 	}
 	return 3
@@ -374,14 +378,17 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 			budget = max(ro.BatchSize, 1)
 			room = budget - drainingN
 		}
-		exhausted, ops := true, 0
+		exhausted, ops, maxOps := true, 0, w.MaxOps
+		if maxOps <= 0 {
+			maxOps = MaxStartOps
+		}
 		for _, in := range candidates {
 			retire := in.Managed && in.Status == "REGISTERING"
 			if len(d.Start) == budget || (!retire && room <= 0) {
 				continue
 			}
 			st := Start{Instance: in, InPlace: !in.Managed, Retire: retire, Target: target}
-			if ops+startOps(st) > MaxStartOps {
+			if ops+startOps(st) > maxOps {
 				exhausted = false // the rest of the batch goes in the next write
 				break
 			}

@@ -1,0 +1,64 @@
+package controller
+
+import (
+	"slices"
+	"testing"
+)
+
+func drain(t *testing.T, q *queue, n int) []string {
+	t.Helper()
+	var got []string
+	for range n {
+		k, ok := q.get()
+		if !ok {
+			t.Fatal("queue closed")
+		}
+		got = append(got, k)
+		q.done(k)
+	}
+	return got
+}
+
+// Urgent keys go before background ones; a background key raised to urgent
+// goes once, in the urgent order; a key is never queued twice.
+func TestQueuePriorities(t *testing.T) {
+	q := newQueue()
+	for _, k := range []string{"r1", "r2", "r3", "r4"} {
+		q.addAt(k, background)
+	}
+	q.add("a")
+	q.addAt("r3", urgent) // raised
+	q.add("a")            // already queued
+	q.addAt("a", background)
+	q.addAt("r1", background)
+	got := drain(t, q, 5)
+	if want := []string{"a", "r3", "r1", "r2", "r4"}; !slices.Equal(got, want) {
+		t.Fatalf("handed out %v, want %v", got, want)
+	}
+	// r3's old background place is skipped, not handed out again.
+	q.addAt("x", background)
+	if got := drain(t, q, 1); got[0] != "x" {
+		t.Fatalf("after the queue emptied: got %s, want x", got[0])
+	}
+	if len(q.queued) != 0 {
+		t.Fatalf("still queued: %v", q.queued)
+	}
+}
+
+// A key changed while a worker has it is queued again when the worker is
+// done, at the highest priority asked for meanwhile.
+func TestQueueRequeuesWhileProcessing(t *testing.T) {
+	q := newQueue()
+	q.addAt("k", background)
+	q.addAt("other", background)
+	k, _ := q.get()
+	if k != "k" {
+		t.Fatalf("got %s first", k)
+	}
+	q.addAt("k", background)
+	q.add("k")
+	q.done("k")
+	if got := drain(t, q, 2); !slices.Equal(got, []string{"k", "other"}) {
+		t.Fatalf("after done: %v, want k (urgent) before other", got)
+	}
+}
