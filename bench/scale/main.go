@@ -74,7 +74,7 @@ type options struct {
 	serverDebug    bool
 	// inProcess runs the hollow instances in this process (tests).
 	inProcess bool
-	// skipRollouts leaves out step 4 (tests).
+	// skipRollouts leaves out step 4.
 	skipRollouts bool
 }
 
@@ -128,6 +128,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.serverLog, "server-log", "", "write the server's log here")
 	fs.BoolVar(&o.serverDebug, "server-debug", false, "log at debug level to -server-log (each reconcile and how long it took)")
 	fs.StringVar(&o.agentLog, "agent-log", "", "write the hollow agents' warnings here")
+	fs.BoolVar(&o.skipRollouts, "skip-rollouts", false, "leave out the rollouts (step 4)")
 	fs.IntVar(&o.agentNice, "agent-nice", 0, "run the hollow agents at this niceness (e.g. 10): on one machine they take the cores a real fleet's agents would not")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	if err := fs.Parse(args); err != nil {

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"maps"
 	"strings"
 )
 
@@ -16,42 +17,31 @@ type DaemonCount struct {
 }
 
 // DaemonCounts counts, per capacity provider ARN, the daemon's tasks on the
-// cluster's instances. It reads placements and tasks, the same records the
-// daemons controller acts on.
+// cluster's instances, from the counts the fleet view keeps as placements,
+// tasks and instances change (the same records the daemons controller acts
+// on): no walk over the fleet per call.
 func (s *Service) DaemonCounts(ctx context.Context, cluster, daemon string, cpArns []string) (map[string]*DaemonCount, error) {
-	out := map[string]*DaemonCount{}
-	// By name: the ARNs are this server's, and building one per instance
-	// was most of the walk's garbage.
-	byName := map[string]*DaemonCount{}
-	for _, cp := range cpArns {
-		out[cp] = &DaemonCount{Running: map[string]int{}, Draining: map[string]int{}}
-		byName[cp[strings.LastIndexByte(cp, '/')+1:]] = out[cp]
-	}
 	v, err := s.fleetView(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer v.done()
 	c := v.cluster(cluster)
-	for _, fi := range c.instances {
-		if !fi.rec || fi.status == "INACTIVE" || fi.cp == "" {
+	out := map[string]*DaemonCount{}
+	for _, cp := range cpArns {
+		n := &DaemonCount{Running: map[string]int{}, Draining: map[string]int{}}
+		out[cp] = n
+		// By name: the ARNs are this server's.
+		name := cp[strings.LastIndexByte(cp, '/')+1:]
+		st := c.cps[name]
+		if st == nil {
 			continue
 		}
-		n, ok := byName[fi.cp]
-		if !ok {
-			continue
-		}
-		n.Instances++
-		rev, running := c.daemonOn(fi, daemon)
-		if running {
-			if fi.status == "DRAINING" {
-				n.Draining[rev]++
-			} else {
-				n.Running[rev]++
-			}
-		}
-		if !running && fi.status == "ACTIVE" {
-			n.WithoutDaemon++
+		n.Instances, n.WithoutDaemon = st.instances, st.active
+		if ds := c.stands[daemon][name]; ds != nil {
+			maps.Copy(n.Running, ds.running)
+			maps.Copy(n.Draining, ds.draining)
+			n.WithoutDaemon -= ds.runningActive
 		}
 	}
 	return out, nil

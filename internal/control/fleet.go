@@ -32,6 +32,36 @@ type fleetCluster struct {
 	// instance (waiting for capacity, or never placed).
 	groups  map[string]map[string]struct{}
 	waiting map[string]struct{}
+	// What DaemonCounts answers, kept as changes come (a walk over every
+	// instance per DescribeDaemon was the largest cost of a rollout watched
+	// at 5,000 instances): per capacity provider name, instances in scope;
+	// per daemon and provider, where it runs.
+	cps    map[string]*cpStand
+	stands map[string]map[string]*daemonStand
+	// placedTasks maps a task to the instances whose placements name it,
+	// with how many placements do (one, unless records disagree), so that
+	// a task's change recounts them.
+	placedTasks map[string]map[string]int
+}
+
+type cpStand struct{ instances, active int }
+
+type daemonStand struct {
+	running, draining map[string]int // by revision
+	runningActive     int            // of running, on ACTIVE instances
+}
+
+// counted is what one instance adds to the counts, so that a change can
+// take it back out.
+type counted struct {
+	cp      string // "" when out of scope
+	active  bool
+	daemons map[string]daemonOnInstance
+}
+
+type daemonOnInstance struct {
+	rev      string
+	draining bool
 }
 
 // fleetInstance mirrors one instance's records. An entry may exist before
@@ -50,6 +80,7 @@ type fleetInstance struct {
 	connected    bool
 	desired      map[string]struct{}        // task IDs in the manifest
 	placements   map[string]DaemonPlacement // by daemon
+	counted      counted
 }
 
 func (fi *fleetInstance) empty() bool {
@@ -91,6 +122,11 @@ func (x fleetIndex) Reset() {
 		return
 	}
 	for _, c := range f.clusters {
+		if x.kind == "tasks/" {
+			clear(c.tasks)
+			clear(c.groups)
+			clear(c.waiting)
+		}
 		for id, fi := range c.instances {
 			switch x.kind {
 			case "containerinstances/":
@@ -101,15 +137,12 @@ func (x fleetIndex) Reset() {
 				fi.desired = nil
 			case "daemonplacements/":
 				fi.placements = nil
+				clear(c.placedTasks)
 			}
+			c.recount(fi)
 			if fi.empty() {
 				delete(c.instances, id)
 			}
-		}
-		if x.kind == "tasks/" {
-			clear(c.tasks)
-			clear(c.groups)
-			clear(c.waiting)
 		}
 	}
 }
@@ -121,10 +154,114 @@ func (f *fleet) cluster(name string) *fleetCluster {
 	c := f.clusters[name]
 	if c == nil {
 		c = &fleetCluster{instances: map[string]*fleetInstance{}, tasks: map[string]*fleetTask{},
-			groups: map[string]map[string]struct{}{}, waiting: map[string]struct{}{}}
+			groups: map[string]map[string]struct{}{}, waiting: map[string]struct{}{},
+			cps: map[string]*cpStand{}, stands: map[string]map[string]*daemonStand{}, placedTasks: map[string]map[string]int{}}
 		f.clusters[name] = c
 	}
 	return c
+}
+
+// recount takes an instance's part out of the counts and puts it back as
+// the instance stands now.
+func (c *fleetCluster) recount(fi *fleetInstance) {
+	old := fi.counted
+	if old.cp != "" {
+		n := c.cps[old.cp]
+		n.instances--
+		if old.active {
+			n.active--
+		}
+		for d, on := range old.daemons {
+			ds := c.stands[d][old.cp]
+			m := ds.running
+			if on.draining {
+				m = ds.draining
+			}
+			if m[on.rev]--; m[on.rev] == 0 {
+				delete(m, on.rev)
+			}
+			if old.active {
+				ds.runningActive--
+			}
+		}
+	}
+	fi.counted = counted{}
+	if !fi.rec || fi.status == "INACTIVE" || fi.cp == "" {
+		return
+	}
+	n := c.cps[fi.cp]
+	if n == nil {
+		n = &cpStand{}
+		c.cps[fi.cp] = n
+	}
+	active := fi.status == "ACTIVE"
+	n.instances++
+	if active {
+		n.active++
+	}
+	fi.counted = counted{cp: fi.cp, active: active}
+	for d := range fi.placements {
+		rev, running := c.daemonOn(fi, d)
+		if !running {
+			continue
+		}
+		byCP := c.stands[d]
+		if byCP == nil {
+			byCP = map[string]*daemonStand{}
+			c.stands[d] = byCP
+		}
+		ds := byCP[fi.cp]
+		if ds == nil {
+			ds = &daemonStand{running: map[string]int{}, draining: map[string]int{}}
+			byCP[fi.cp] = ds
+		}
+		on := daemonOnInstance{rev: rev, draining: fi.status == "DRAINING"}
+		if on.draining {
+			ds.draining[rev]++
+		} else {
+			ds.running[rev]++
+		}
+		if active {
+			ds.runningActive++
+		}
+		if fi.counted.daemons == nil {
+			fi.counted.daemons = map[string]daemonOnInstance{}
+		}
+		fi.counted.daemons[d] = on
+	}
+}
+
+// recountTask recounts the instances whose placements name task id.
+func (c *fleetCluster) recountTask(id string) {
+	for inst := range c.placedTasks[id] {
+		if fi := c.instances[inst]; fi != nil {
+			c.recount(fi)
+		}
+	}
+}
+
+// notePlacedTask moves one of instance's placements from task old to id.
+func (c *fleetCluster) notePlacedTask(instance, old, id string) {
+	if old == id {
+		return
+	}
+	if m := c.placedTasks[old]; m != nil {
+		if m[instance]--; m[instance] <= 0 {
+			delete(m, instance)
+		}
+		if len(m) == 0 {
+			delete(c.placedTasks, old)
+		}
+	}
+	if id == "" {
+		return
+	}
+	m := c.placedTasks[id]
+	if m == nil {
+		m = map[string]int{}
+		c.placedTasks[id] = m
+	}
+	m[instance]++
 }
 
 func (c *fleetCluster) ungroup(t *fleetTask) {
@@ -198,6 +335,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		var p fleetInstanceProbe
 		if value == nil || json.Unmarshal(value, &p) != nil {
 			fi.rec = false
+			c.recount(fi)
 			if fi.empty() {
 				delete(c.instances, parts[2])
 			}
@@ -208,6 +346,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		fi.rec, fi.arn, fi.status, fi.cp, fi.accessKeyID = true, p.Arn, p.Status, p.CP, p.AccessKeyID
 		fi.registeredAt = p.RegisteredAt.Time
 		fi.cpu, fi.mem, fi.ports, fi.attributes = rem.cpu, rem.memory, rem.ports, attributesOf(p.Attributes, parts[2])
+		c.recount(fi)
 	case "sessions/":
 		if len(parts) != 3 {
 			return
@@ -243,7 +382,9 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		fi := c.instance(parts[2])
 		var p DaemonPlacement
 		if value == nil || json.Unmarshal(value, &p) != nil {
+			c.notePlacedTask(parts[2], fi.placements[parts[3]].TaskID, "")
 			delete(fi.placements, parts[3])
+			c.recount(fi)
 			if fi.empty() {
 				delete(c.instances, parts[2])
 			}
@@ -252,7 +393,9 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		if fi.placements == nil {
 			fi.placements = map[string]DaemonPlacement{}
 		}
+		c.notePlacedTask(parts[2], fi.placements[parts[3]].TaskID, p.TaskID)
 		fi.placements[parts[3]] = p
+		c.recount(fi)
 	case "tasks/":
 		if len(parts) != 3 {
 			return
@@ -261,11 +404,13 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		id := parts[2]
 		var p fleetTaskProbe
 		if value == nil || json.Unmarshal(value, &p) != nil {
-			if t := c.tasks[id]; t != nil {
+			t := c.tasks[id]
+			if t != nil {
 				c.ungroup(t)
 			}
 			delete(c.tasks, id)
 			delete(c.waiting, id)
+			c.recountTask(id)
 			return
 		}
 		t := c.tasks[id]
@@ -275,6 +420,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		} else if t.group != p.Group {
 			c.ungroup(t)
 		}
+		defer c.recountTask(id)
 		g := c.groups[p.Group]
 		if g == nil {
 			g = map[string]struct{}{}

@@ -3,6 +3,9 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
@@ -137,5 +140,129 @@ func TestFleetReadsItsWrites(t *testing.T) {
 	cands, err = s.candidates(ctx, "c", "service:web", nil)
 	if err != nil || cands[0].groupTasks != 1 || cands[0].tasks != 1 {
 		t.Fatalf("candidates after a placement %+v, %v", cands[0], err)
+	}
+}
+
+// walkCounts is DaemonCounts by a walk over every instance, as it was
+// computed before the fleet kept the counts.
+func walkCounts(c *fleetCluster, daemon string, cps []string) map[string]*DaemonCount {
+	out := map[string]*DaemonCount{}
+	for _, cp := range cps {
+		out[cp] = &DaemonCount{Running: map[string]int{}, Draining: map[string]int{}}
+	}
+	for _, fi := range c.instances {
+		if !fi.rec || fi.status == "INACTIVE" || fi.cp == "" {
+			continue
+		}
+		n, ok := out[fi.cp]
+		if !ok {
+			continue
+		}
+		n.Instances++
+		rev, running := c.daemonOn(fi, daemon)
+		if running {
+			if fi.status == "DRAINING" {
+				n.Draining[rev]++
+			} else {
+				n.Running[rev]++
+			}
+		}
+		if !running && fi.status == "ACTIVE" {
+			n.WithoutDaemon++
+		}
+	}
+	return out
+}
+
+// The counts the fleet keeps match a walk over the fleet after every
+// change of a random sequence: instances changing status and provider or
+// going away, placements moving to other revisions and tasks, tasks
+// starting, stopping, moving and going away, and a reset.
+func TestFleetDaemonCountsFollowChanges(t *testing.T) {
+	f := newFleet()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	pick := func(xs ...string) string { return xs[rnd.IntN(len(xs))] }
+	insts := []string{"i0", "i1", "i2", "i3", "i4", "i5"}
+	taskIDs := []string{"t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"}
+	daemons := []string{"agent", "logs"}
+	cps := []string{"cpa", "cpb"}
+	check := func(step int, what string) {
+		t.Helper()
+		c := f.clusters["c"]
+		if c == nil {
+			return
+		}
+		for _, d := range daemons {
+			want := walkCounts(c, d, cps)
+			got := map[string]*DaemonCount{}
+			for _, cp := range cps {
+				st, ds := c.cps[cp], c.stands[d][cp]
+				n := &DaemonCount{Running: map[string]int{}, Draining: map[string]int{}}
+				if st != nil {
+					n.Instances, n.WithoutDaemon = st.instances, st.active
+				}
+				if ds != nil {
+					maps.Copy(n.Running, ds.running)
+					maps.Copy(n.Draining, ds.draining)
+					n.WithoutDaemon -= ds.runningActive
+				}
+				got[cp] = n
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("step %d (%s), daemon %s:\nkept %s\nwalk %s", step, what, d, mustJSON(t, got), mustJSON(t, want))
+			}
+		}
+	}
+	for step := range 3000 {
+		var what string
+		switch rnd.IntN(7) {
+		case 0, 1:
+			id := pick(insts...)
+			what = "instance " + id
+			if rnd.IntN(8) == 0 {
+				f.change("containerinstances/", "containerinstances/c/"+id, nil, 0)
+				break
+			}
+			ci := instanceRecord(id, pick("REGISTERING", "ACTIVE", "ACTIVE", "DRAINING", "INACTIVE"), 1024, 2048)
+			ci.CapacityProviderName = pick("cpa", "cpb", "")
+			f.change("containerinstances/", "containerinstances/c/"+id, mustJSON(t, ci), int64(step))
+		case 2, 3:
+			id, d := pick(insts...), pick(daemons...)
+			what = "placement " + id + "/" + d
+			if rnd.IntN(6) == 0 {
+				f.change("daemonplacements/", "daemonplacements/c/"+id+"/"+d, nil, 0)
+				break
+			}
+			p := DaemonPlacement{Daemon: d, TaskID: pick(append(taskIDs, "")...), RevisionArn: pick("r1", "r2"), TaskRevisionArn: pick("", "r1", "r2")}
+			f.change("daemonplacements/", "daemonplacements/c/"+id+"/"+d, mustJSON(t, p), int64(step))
+		default:
+			id := pick(taskIDs...)
+			what = "task " + id
+			if rnd.IntN(8) == 0 {
+				f.change("tasks/", "tasks/c/"+id, nil, 0)
+				break
+			}
+			f.change("tasks/", "tasks/c/"+id, mustJSON(t, map[string]string{"group": "daemon:" + pick(daemons...),
+				"capstanInstanceId": pick(append(insts, "")...), "lastStatus": pick("PENDING", "RUNNING", "RUNNING", "STOPPED"),
+				"desiredStatus": pick("RUNNING", "RUNNING", "STOPPED")}), int64(step))
+		}
+		check(step, what)
+		if step == 1500 {
+			// The cache reloaded: the placements are replayed.
+			c := f.clusters["c"]
+			var keep []DaemonPlacement
+			var at []string
+			for id, fi := range c.instances {
+				for _, p := range fi.placements {
+					keep, at = append(keep, p), append(at, id)
+				}
+			}
+			fleetIndex{f: f, kind: "daemonplacements/"}.Reset()
+			check(step, "reset")
+			for i, p := range keep {
+				f.change("daemonplacements/", "daemonplacements/c/"+at[i]+"/"+p.Daemon, mustJSON(t, p), int64(step))
+			}
+			check(step, "replayed")
+		}
 	}
 }

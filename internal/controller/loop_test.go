@@ -3,6 +3,7 @@ package controller
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 func drain(t *testing.T, q *queue, n int) []string {
@@ -60,5 +61,26 @@ func TestQueueRequeuesWhileProcessing(t *testing.T) {
 	q.done("k")
 	if got := drain(t, q, 2); !slices.Equal(got, []string{"k", "other"}) {
 		t.Fatalf("after done: %v, want k (urgent) before other", got)
+	}
+}
+
+// A key is due at once, then not before the interval has passed since its
+// last pass; other keys are paced on their own.
+func TestPacer(t *testing.T) {
+	var p Pacer
+	every := 200 * time.Millisecond
+	if w := p.Due("a", every); w != 0 {
+		t.Fatalf("first pass waits %v", w)
+	}
+	w := p.Due("a", every)
+	if w <= 0 || w > every {
+		t.Fatalf("second pass at once: wait %v, want (0, %v]", w, every)
+	}
+	if w := p.Due("b", every); w != 0 {
+		t.Fatalf("another key waits %v", w)
+	}
+	time.Sleep(w)
+	if w := p.Due("a", every); w != 0 {
+		t.Fatalf("after the interval: wait %v", w)
 	}
 }

@@ -291,7 +291,7 @@ func runControllers(ctx context.Context, st *store.Store, svc *control.Service, 
 	loops := []*controller.Loop{
 		{Name: "deployments", Store: st, Prefix: "daemondeployments/", Reconcile: dep.Reconcile, Workers: 4, Resync: time.Minute, Log: log},
 		{Name: "services", Store: st, Prefix: "services/", Reconcile: svcs.Reconcile, Follow: svcs.Follows(), Workers: 4, Resync: time.Minute, Log: log},
-		{Name: "daemons", Store: st, Prefix: daemons.Prefix, Reconcile: dmn.Reconcile, Follow: dmn.Follows(), Workers: 8, Resync: 30 * time.Second, Log: log},
+		{Name: "daemons", Store: st, Prefix: daemons.Prefix, Reconcile: dmn.Reconcile, Follow: dmn.Follows(), Workers: 16, Resync: 30 * time.Second, Log: log},
 	}
 	if prov != nil {
 		inst := &instances.Reconciler{Store: st, Svc: svc, Provisioner: prov, AgentEnv: cfg.AgentEnv, Now: time.Now, Log: log}

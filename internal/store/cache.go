@@ -32,7 +32,10 @@ type cache struct {
 	prefix string
 	log    *slog.Logger
 
-	mu      sync.RWMutex
+	mu sync.RWMutex
+	// ixmu orders what the indexes are fed (changes, replays); held
+	// without mu while they are fed changes.
+	ixmu    sync.Mutex
 	tree    *btree.BTreeG[kv]
 	rev     int64
 	loaded  bool
@@ -105,6 +108,8 @@ func (c *cache) load(ctx context.Context) error {
 	for _, k := range resp.Kvs {
 		tree.ReplaceOrInsert(kv{string(k.Key), entry{k.Value, k.ModRevision}})
 	}
+	c.ixmu.Lock()
+	defer c.ixmu.Unlock()
 	c.mu.Lock()
 	c.tree = tree
 	c.rev = resp.Header.Revision
@@ -159,21 +164,35 @@ func (c *cache) follow(ctx context.Context) error {
 	return errors.New("watch channel closed")
 }
 
+// apply takes one watch response: the records first, then the indexes,
+// then the revision and the subscriptions. The indexes are fed outside the
+// cache's lock: they take their own, and a long read of one (a walk over
+// thousands of instances) then holds back only the revision, not every
+// read of the cache. Readers wait for a revision, so what they read after
+// waiting has both; subscribers hear of a change only once both have it.
 func (c *cache) apply(events []*clientv3.Event, rev int64) {
+	c.ixmu.Lock()
+	defer c.ixmu.Unlock()
+	changes := make([]Change, 0, len(events))
 	c.mu.Lock()
 	for _, ev := range events {
 		k := string(ev.Kv.Key)
-		var change Change
 		switch ev.Type {
 		case mvccpb.PUT:
 			c.tree.ReplaceOrInsert(kv{k, entry{ev.Kv.Value, ev.Kv.ModRevision}})
-			change = Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Value: ev.Kv.Value}
+			changes = append(changes, Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Value: ev.Kv.Value})
 		case mvccpb.DELETE:
 			c.tree.Delete(kv{key: k})
-			change = Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Deleted: true}
+			changes = append(changes, Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Deleted: true})
 		}
-		c.indexChange(change)
-		c.offer(change)
+	}
+	c.mu.Unlock()
+	for _, ch := range changes {
+		c.indexChange(ch)
+	}
+	c.mu.Lock()
+	for _, ch := range changes {
+		c.offer(ch)
 	}
 	if rev > c.rev {
 		c.rev = rev

@@ -7,9 +7,9 @@ import (
 
 // Indexer keeps a derived view of the state (counts, free resources) that
 // would otherwise be recomputed from every record on every read. The cache
-// hands it each change as it applies it, under its own lock, so a read
-// after Sync sees the index as current as the cache. Its methods must be
-// quick and must not call the store.
+// hands it each change before it moves its revision on, so a read after
+// Sync sees the index as current as the cache. Its methods must be quick
+// and must not call the store.
 type Indexer interface {
 	// Reset forgets everything: the cache reloaded. Every key follows as
 	// a Put.
@@ -22,6 +22,8 @@ type Indexer interface {
 // on.
 func (s *Store) AddIndex(prefix string, ix Indexer) {
 	c := s.cache
+	c.ixmu.Lock()
+	defer c.ixmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.indexes = append(c.indexes, index{prefix: prefix, ix: ix})
@@ -37,7 +39,7 @@ type index struct {
 	ix     Indexer
 }
 
-// replay fills one index from the tree; c.mu is held.
+// replay fills one index from the tree; c.ixmu and c.mu are held.
 func (c *cache) replay(x index) {
 	x.ix.Reset()
 	full := c.prefix + x.prefix
@@ -50,7 +52,7 @@ func (c *cache) replay(x index) {
 	})
 }
 
-// indexChange hands one change to the indexes; c.mu is held.
+// indexChange hands one change to the indexes; c.ixmu is held.
 func (c *cache) indexChange(ch Change) {
 	for _, x := range c.indexes {
 		if !strings.HasPrefix(ch.Key, x.prefix) {

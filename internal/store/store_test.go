@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -238,5 +240,85 @@ func TestScopeReadsWaitForTheirOwnWritesOnly(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("%s read: got %v, want it to wait for the process's write", name, err)
 		}
+	}
+}
+
+// gate is an index whose Put waits while the gate is closed: a reader of
+// the index holding its lock for long.
+type gate struct {
+	shut atomic.Bool
+	open chan struct{}
+	mu   sync.Mutex
+	keys []string
+}
+
+func (g *gate) Reset() {}
+func (g *gate) Put(key string, _ []byte, _ int64) {
+	if g.shut.Load() {
+		<-g.open
+	}
+	g.mu.Lock()
+	g.keys = append(g.keys, key)
+	g.mu.Unlock()
+}
+func (g *gate) Delete(string) {}
+
+// An index slow to take a change holds back the revision (reads that wait
+// for the write, and subscribers), not the cache's other reads.
+func TestSlowIndexHoldsBackOnlyTheRevision(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	if _, err := s.Txn().Create("other/1", obj{N: 1}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{open: make(chan struct{})}
+	s.AddIndex("g/", g)
+	g.shut.Store(true)
+	sub := s.Subscribe("g/")
+	defer sub.Close()
+
+	if _, err := s.Txn().Create("g/a", obj{N: 1}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The watch is now stuck in the index's Put.
+	ro := s.InScope(ctx, &Scope{}, true) // waits for nothing
+	done := make(chan error, 1)
+	go func() {
+		_, err := Get[obj](ro, s, "other/1")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a read of the cache waited for the index")
+	}
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	if _, err := Get[obj](short, s, "g/a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a read waiting for the write returned before the index had it: %v", err)
+	}
+	cancelShort()
+	select {
+	case <-sub.Ready():
+		t.Fatal("a subscriber heard of the change before the index had it")
+	default:
+	}
+	close(g.open)
+	if it, err := Get[obj](ctx, s, "g/a"); err != nil || it.Value.N != 1 {
+		t.Fatalf("after the index took it: %+v %v", it, err)
+	}
+	g.mu.Lock()
+	keys := g.keys
+	g.mu.Unlock()
+	if len(keys) != 1 || keys[0] != "g/a" {
+		t.Fatalf("index got %v", keys)
+	}
+	ch, _, err := sub.Next(ctx)
+	if err != nil || len(ch) != 1 || ch[0].Key != "g/a" {
+		t.Fatalf("subscriber: %v %v", ch, err)
 	}
 }

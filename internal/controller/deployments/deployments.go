@@ -14,10 +14,10 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/alarms"
+	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/events"
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -53,8 +53,7 @@ type Reconciler struct {
 	// Emit, when set, records an event; it must not fail the reconcile.
 	Emit func(ctx context.Context, cluster string, ev events.Event)
 
-	mu   sync.Mutex
-	last map[string]time.Time // by key: when its last pass began
+	pacer controller.Pacer
 }
 
 // MinPass is the least time between two passes over one deployment. Every
@@ -62,26 +61,6 @@ type Reconciler struct {
 // the pass writes progress, waking itself) many times a second: passes
 // coalesce instead of following every change.
 const MinPass = 250 * time.Millisecond
-
-// due reports whether key may be passed over now, or how long to wait.
-func (r *Reconciler) due(key string) time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := time.Now()
-	if since := now.Sub(r.last[key]); since < MinPass {
-		return MinPass - since
-	}
-	if r.last == nil {
-		r.last = map[string]time.Time{}
-	}
-	for k, t := range r.last {
-		if now.Sub(t) > time.Hour {
-			delete(r.last, k) // finished deployments
-		}
-	}
-	r.last[key] = now
-	return 0
-}
 
 func complete(dep *store.DaemonDeployment) {
 	if dep.CircuitBreaker != nil && dep.CircuitBreaker.Status == "MONITORING" {
@@ -110,7 +89,7 @@ func ptr[T any](v T) *T { return &v }
 
 // Reconcile advances the deployment at key until it waits for the fleet.
 func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, error) {
-	if wait := r.due(key); wait > 0 {
+	if wait := r.pacer.Due(key, MinPass); wait > 0 {
 		return wait, nil
 	}
 	for {

@@ -43,6 +43,8 @@ type Reconciler struct {
 	Tasks Tasks
 	Now   func() time.Time
 	Log   *slog.Logger
+
+	pacer controller.Pacer
 }
 
 const (
@@ -132,9 +134,17 @@ type keyOnly struct{}
 
 func (*keyOnly) UnmarshalJSON([]byte) error { return nil }
 
+// MinPass is the least time between two passes over one service: a pass
+// walks all of the service's tasks, and while thousands of them start,
+// each one's report wakes it again.
+const MinPass = 100 * time.Millisecond
+
 // Reconcile brings the service at key one step closer to its desired
 // state, planning again when what it decided on changed meanwhile.
 func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, error) {
+	if wait := r.pacer.Due(key, MinPass); wait > 0 {
+		return wait, nil
+	}
 	for attempt := 0; ; attempt++ {
 		requeue, err := r.step(ctx, key)
 		if errors.Is(err, store.ErrConflict) && attempt < 8 {
