@@ -15,11 +15,7 @@ import (
 // the same report changes nothing.
 func TestApplyTaskStatesBatch(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
 	ci := instanceRecord("i1", "ACTIVE", 1024-3*100, 2048-3*200)
 	ci.RegisteredResources = resources{cpu: 1024, memory: 2048}.shapes()
@@ -74,11 +70,7 @@ func TestApplyTaskStatesBatch(t *testing.T) {
 // them; the agent must still read it as the protocol's message.
 func TestManifestMessageDecodes(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
 	empty, err := s.ManifestMessage(ctx, "c", "i1")
 	if err != nil {

@@ -17,11 +17,7 @@ import (
 // deleted, another cluster's are not touched.
 func TestEventLimitKeepsTheNewest(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	const limit = 40
 	e := newEmitter(st, slog.New(slog.DiscardHandler), time.Now, arns{account: "123456789012", region: "us-east-1"}, time.Hour, limit)
 	defer e.EndWaits()
@@ -39,6 +35,7 @@ func TestEventLimitKeepsTheNewest(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	var kept []store.Item[events.Event]
+	var err error
 	for {
 		kept, _, err = store.List[events.Event](ctx, st, store.EventPrefix("big"), "", 0)
 		if err != nil {

@@ -13,6 +13,18 @@ import (
 	"github.com/capstanhq/capstan/internal/store"
 )
 
+// openStore opens a store on an embedded etcd of the test's own, closed
+// when the test ends.
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
@@ -110,11 +122,7 @@ func TestFleetFollowsRecords(t *testing.T) {
 // services controller plans with comes from it.
 func TestFleetReadsItsWrites(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
 	ci := instanceRecord("i1", "ACTIVE", 1024, 2048)
 	if _, err := st.Txn().Create(store.ContainerInstanceKey("c", "i1"), ci).Create(store.SessionKey("c", "i1"), store.Session{}).Commit(ctx); err != nil {
