@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"maps"
-	"strings"
 )
 
 // DaemonCount is how a daemon stands on the instances of one capacity
@@ -29,20 +28,24 @@ func (s *Service) DaemonCounts(ctx context.Context, cluster, daemon string, cpAr
 	c := v.cluster(cluster)
 	out := map[string]*DaemonCount{}
 	for _, cp := range cpArns {
-		n := &DaemonCount{Running: map[string]int{}, Draining: map[string]int{}}
-		out[cp] = n
-		// By name: the ARNs are this server's.
-		name := cp[strings.LastIndexByte(cp, '/')+1:]
-		st := c.cps[name]
-		if st == nil {
-			continue
-		}
-		n.Instances, n.WithoutDaemon = st.instances, st.active
-		if ds := c.stands[daemon][name]; ds != nil {
-			maps.Copy(n.Running, ds.running)
-			maps.Copy(n.Draining, ds.draining)
-			n.WithoutDaemon -= ds.runningActive
-		}
+		out[cp] = c.daemonCount(daemon, lastPart(cp)) // by name: the ARNs are this server's
 	}
 	return out, nil
+}
+
+// daemonCount is how daemon stands on the instances of the capacity
+// provider named cp, from the kept counts.
+func (c *fleetCluster) daemonCount(daemon, cp string) *DaemonCount {
+	n := &DaemonCount{Running: map[string]int{}, Draining: map[string]int{}}
+	st := c.cps[cp]
+	if st == nil {
+		return n
+	}
+	n.Instances, n.WithoutDaemon = st.instances, st.active
+	if ds := c.stands[daemon][cp]; ds != nil {
+		maps.Copy(n.Running, ds.running)
+		maps.Copy(n.Draining, ds.draining)
+		n.WithoutDaemon -= ds.runningActive
+	}
+	return n
 }

@@ -122,10 +122,13 @@ func (x fleetIndex) Reset() {
 		return
 	}
 	for _, c := range f.clusters {
-		if x.kind == "tasks/" {
+		switch x.kind {
+		case "tasks/":
 			clear(c.tasks)
 			clear(c.groups)
 			clear(c.waiting)
+		case "daemonplacements/":
+			clear(c.placedTasks)
 		}
 		for id, fi := range c.instances {
 			switch x.kind {
@@ -137,7 +140,6 @@ func (x fleetIndex) Reset() {
 				fi.desired = nil
 			case "daemonplacements/":
 				fi.placements = nil
-				clear(c.placedTasks)
 			}
 			c.recount(fi)
 			if fi.empty() {

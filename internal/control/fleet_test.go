@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"encoding/json"
-	"maps"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -204,17 +203,7 @@ func TestFleetDaemonCountsFollowChanges(t *testing.T) {
 			want := walkCounts(c, d, cps)
 			got := map[string]*DaemonCount{}
 			for _, cp := range cps {
-				st, ds := c.cps[cp], c.stands[d][cp]
-				n := &DaemonCount{Running: map[string]int{}, Draining: map[string]int{}}
-				if st != nil {
-					n.Instances, n.WithoutDaemon = st.instances, st.active
-				}
-				if ds != nil {
-					maps.Copy(n.Running, ds.running)
-					maps.Copy(n.Draining, ds.draining)
-					n.WithoutDaemon -= ds.runningActive
-				}
-				got[cp] = n
+				got[cp] = c.daemonCount(d, cp)
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("step %d (%s), daemon %s:\nkept %s\nwalk %s", step, what, d, mustJSON(t, got), mustJSON(t, want))

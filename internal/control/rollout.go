@@ -43,7 +43,7 @@ func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment)
 	// By name, the ARN built once per provider rather than per instance.
 	cps := map[string]string{}
 	for _, a := range dep.CapacityProviderArns {
-		cps[a[strings.LastIndexByte(a, '/')+1:]] = a
+		cps[lastPart(a)] = a
 	}
 	out := make([]deployments.Instance, 0, len(c.instances))
 	for _, fi := range c.instances {
