@@ -109,7 +109,7 @@ func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
 	if o.inProcess {
 		h.host, err = newLocalHost(dir, slog.New(slog.DiscardHandler))
 	} else {
-		h.host, err = newChildHost(dir, o.agentLog, o.agentNice)
+		h.host, err = newChildHost(dir, o.agentLog, o.agentProfile, o.agentNice, o.agentGOGC)
 	}
 	if err != nil {
 		srv.Close()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,8 +134,10 @@ type childHost struct {
 }
 
 // newChildHost starts the child at niceness nice (0: as this process):
-// started under nice(1), so every thread of it inherits the priority.
-func newChildHost(dir, logPath string, nice int) (*childHost, error) {
+// started under nice(1), so every thread of it inherits the priority. With
+// a profile path, the child writes its CPU profile there when it exits.
+// gogc > 0 sets the child's GOGC.
+func newChildHost(dir, logPath, profile string, nice, gogc int) (*childHost, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -143,7 +146,10 @@ func newChildHost(dir, logPath string, nice int) (*childHost, error) {
 	if nice != 0 {
 		cmd = exec.Command("nice", "-n", strconv.Itoa(nice), exe)
 	}
-	cmd.Env = append(os.Environ(), childEnv+"="+dir, "CAPSTAN_SCALE_AGENT_LOG="+logPath)
+	cmd.Env = append(os.Environ(), childEnv+"="+dir, "CAPSTAN_SCALE_AGENT_LOG="+logPath, "CAPSTAN_SCALE_AGENT_CPUPROFILE="+profile)
+	if gogc > 0 {
+		cmd.Env = append(cmd.Env, "GOGC="+strconv.Itoa(gogc))
+	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	in, err := cmd.StdinPipe()
@@ -225,6 +231,17 @@ func serveHost(dir string) error {
 		}
 		defer f.Close()
 		log = slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if path := os.Getenv("CAPSTAN_SCALE_AGENT_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	h, err := newLocalHost(dir, log)
 	if err != nil {

@@ -69,6 +69,8 @@ type options struct {
 	serverLog      string
 	agentLog       string
 	agentNice      int
+	agentProfile   string
+	agentGOGC      int
 	work           string
 	keep           bool
 	serverDebug    bool
@@ -121,7 +123,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated URLs of an external etcd (default: embedded)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server process's CPU profile (whole run) here")
 	fs.StringVar(&o.profilePhase, "profile-phase", "", "profile only this phase: service (placing the service tasks) or rollout (the drainPercent 25 rollout)")
-	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile after the service is placed here")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile after the service is placed here, and one at the end to this path plus .end")
 	fs.DurationVar(&o.provisionDelay, "sim-provision-delay", 0, "boot delay of instances the server provisions itself")
 	fs.DurationVar(&o.rolloutTimeout, "rollout-timeout", 2*time.Minute, "give up on a daemon rollout after this long")
 	fs.DurationVar(&o.phaseTimeout, "timeout", 15*time.Minute, "give up on any other step after this long")
@@ -130,6 +132,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.agentLog, "agent-log", "", "write the hollow agents' warnings here")
 	fs.BoolVar(&o.skipRollouts, "skip-rollouts", false, "leave out the rollouts (step 4)")
 	fs.IntVar(&o.agentNice, "agent-nice", 0, "run the hollow agents at this niceness (e.g. 10): on one machine they take the cores a real fleet's agents would not")
+	fs.IntVar(&o.agentGOGC, "agent-gogc", 400, "GOGC of the hollow agents' process: its one heap holds thousands of agents' state, which the collector marks on every cycle")
+	fs.StringVar(&o.agentProfile, "agent-cpuprofile", "", "write the hollow agents' CPU profile (whole run, child process) here")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -151,6 +155,8 @@ type Report struct {
 	Etcd      string    `json:"etcd"`
 	// AgentNice is the hollow agents' niceness (0: same as the server).
 	AgentNice int `json:"agent_nice"`
+	// AgentGOGC is the hollow agents' process's GOGC (0: Go's default).
+	AgentGOGC int `json:"agent_gogc"`
 
 	CredentialsSeconds      float64 `json:"credentials_seconds"`
 	RegisterSeconds         float64 `json:"register_seconds"`
@@ -255,7 +261,7 @@ func machine() Machine {
 // run performs the whole measurement; the report holds what was measured
 // even when a step fails.
 func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
-	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, RolloutSeconds: -1,
+	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, AgentGOGC: o.agentGOGC, RolloutSeconds: -1,
 		DetectSeconds: -1, ReplaceSeconds: -1, Invariants: []string{}}
 	if len(o.etcdEndpoints) > 0 {
 		rep.Etcd = strings.Join(o.etcdEndpoints, ",")
@@ -293,6 +299,9 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	}()
 	err = measure(ctx, o, h, rep)
 	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
+	if o.memProfile != "" {
+		writeHeapProfile(o.memProfile + ".end")
+	}
 	self := selfStats()
 	rep.ServerRSSMiB = float64(self.RSSBytes) / (1 << 20)
 	rep.ServerPeakRSSMiB = float64(peakRSS()) / (1 << 20)
@@ -638,8 +647,8 @@ func secs(v float64) string {
 
 func printTable(w io.Writer, r *Report) {
 	m := r.Machine
-	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, etcd %s, agents at nice %d\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
-		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, r.Etcd, r.AgentNice)
+	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, etcd %s, agents at nice %d, GOGC %d\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
+		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, r.Etcd, r.AgentNice, r.AgentGOGC)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "hollow instances\t%d\n", r.Instances)
 	fmt.Fprintf(tw, "registration (launch → all ACTIVE, connected)\t%.1f s\t%.0f instances/s\n", r.RegisterSeconds, r.InstancesPerSecond)

@@ -130,7 +130,7 @@ func (s *Service) applyTogether(ctx context.Context, cluster, instanceID string,
 	if len(written) == 0 {
 		return states, nil
 	}
-	if _, err := tx.Commit(ctx); errors.Is(err, store.ErrConflict) {
+	if _, err := tx.CommitGrouped(ctx); errors.Is(err, store.ErrConflict) {
 		return states, nil
 	} else if err != nil {
 		return nil, err
@@ -197,7 +197,9 @@ func (s *Service) applyTaskState(ctx context.Context, cluster, instanceID string
 			}
 		}
 		tx.Update(it.Key, it.Rev, t)
-		if _, err = tx.Commit(ctx); err == nil {
+		// Committed with other agents' reports: a fleet's reports are
+		// thousands of small writes at once.
+		if _, err = tx.CommitGrouped(ctx); err == nil {
 			s.taskChanged(ctx, t)
 		}
 		return err

@@ -2,13 +2,13 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/codec"
 	"github.com/capstanhq/capstan/internal/controller/services"
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -323,7 +323,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		var c struct {
 			Managed bool `json:"managed"`
 		}
-		if value == nil || json.Unmarshal(value, &c) != nil || !c.Managed {
+		if value == nil || codec.Unmarshal(value, &c) != nil || !c.Managed {
 			delete(f.managed, parts[1])
 		} else {
 			f.managed[parts[1]] = true
@@ -335,7 +335,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		c := f.cluster(parts[1])
 		fi := c.instance(parts[2])
 		var p fleetInstanceProbe
-		if value == nil || json.Unmarshal(value, &p) != nil {
+		if value == nil || codec.Unmarshal(value, &p) != nil {
 			fi.rec = false
 			c.recount(fi)
 			if fi.empty() {
@@ -383,7 +383,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		c := f.cluster(parts[1])
 		fi := c.instance(parts[2])
 		var p DaemonPlacement
-		if value == nil || json.Unmarshal(value, &p) != nil {
+		if value == nil || codec.Unmarshal(value, &p) != nil {
 			c.notePlacedTask(parts[2], fi.placements[parts[3]].TaskID, "")
 			delete(fi.placements, parts[3])
 			c.recount(fi)
@@ -405,7 +405,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		c := f.cluster(parts[1])
 		id := parts[2]
 		var p fleetTaskProbe
-		if value == nil || json.Unmarshal(value, &p) != nil {
+		if value == nil || codec.Unmarshal(value, &p) != nil {
 			t := c.tasks[id]
 			if t != nil {
 				c.ungroup(t)

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/auth"
+	"github.com/capstanhq/capstan/internal/codec"
 	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/store"
@@ -43,7 +45,32 @@ type Gateway struct {
 
 	connected prometheus.Gauge
 	states    prometheus.Counter
+	// work admits agent messages and manifest builds.
+	work admission
 }
+
+// admission bounds how many agent messages the server handles at once. A
+// fleet's sessions wake together (a rollout's batch, a placement's
+// manifests); unbounded, thousands of them queue for the cores ahead of
+// every controller step and API call, which then wait behind all of them.
+// Admitted a few at a time, the rest wait idle and the server's own work
+// and its API wait behind at most this many.
+type admission chan struct{}
+
+// admitted is enough to keep the cores busy while some of the admitted
+// wait for their commits.
+func admitted() int { return max(64, 16*runtime.GOMAXPROCS(0)) }
+
+func (a admission) enter(ctx context.Context) error {
+	select {
+	case a <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (a admission) leave() { <-a }
 
 // New returns a gateway; Close ends every session.
 func New(svc *control.Service, st *store.Store, v api.Verifier, serverID string, log *slog.Logger) *Gateway {
@@ -52,6 +79,7 @@ func New(svc *control.Service, st *store.Store, v api.Verifier, serverID string,
 		sessions: map[string]*session{}, ctx: ctx, cancel: cancel,
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "capstan_agent_sessions", Help: "Agent sessions connected to this server."}),
 		states:    prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_agent_task_states_total", Help: "Task states written from agent reports."}),
+		work:      make(admission, admitted()),
 	}
 }
 
@@ -171,6 +199,10 @@ func (g *Gateway) serve(ctx context.Context, conn *websocket.Conn, p auth.Princi
 	}
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
+	// The session reads in its own scope: its own writes, and what its
+	// subscriptions told of, without waiting for every controller's
+	// latest write; a write that conflicts makes it wait for the winner.
+	sctx = g.st.InScope(sctx, g.st.NewScope(), true)
 	s := &session{conn: conn, cluster: cluster, instance: id, cancel: scancel, out: make(chan protocol.Message, 16)}
 	g.claim(s)
 	defer g.release(s)
@@ -215,12 +247,16 @@ func refuse(ctx context.Context, conn *websocket.Conn, code, message string) err
 }
 
 func read(ctx context.Context, conn *websocket.Conn) (protocol.Message, error) {
-	var m protocol.Message
 	_, b, err := conn.Read(ctx)
 	if err != nil {
-		return m, err
+		return protocol.Message{}, err
 	}
-	if err := json.Unmarshal(b, &m); err != nil {
+	return decode(b)
+}
+
+func decode(b []byte) (protocol.Message, error) {
+	var m protocol.Message
+	if err := codec.Unmarshal(b, &m); err != nil {
 		return m, fmt.Errorf("%w: %v", errMalformed, err)
 	}
 	return m, nil
@@ -264,8 +300,16 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 	defer tick.Stop()
 	push := true
 	for {
+		// A manifest waits for a slot of the admission, answering acks and
+		// heartbeats meanwhile; changes while it waits make one push.
+		var slot admission
 		if push {
+			slot = g.work
+		}
+		select {
+		case slot <- struct{}{}:
 			b, err := g.svc.ManifestMessage(ctx, s.cluster, s.instance)
+			g.work.leave()
 			if err != nil {
 				return err
 			}
@@ -273,8 +317,6 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 				return err
 			}
 			push = false
-		}
-		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case m := <-s.out:
@@ -287,7 +329,7 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 			}
 		case <-sub.Ready():
 			changes, resync := sub.Take()
-			push = len(changes) > 0 || resync
+			push = push || len(changes) > 0 || resync
 		case <-instSub.Ready():
 			instSub.Take()
 			// A deregistered instance loses its session.
@@ -307,13 +349,8 @@ func (g *Gateway) receive(ctx context.Context, s *session, lease *store.Lease) e
 	renewed := time.Now() // granted just before
 	for {
 		rctx, cancel := context.WithTimeout(ctx, protocol.SilenceLimit)
-		m, err := read(rctx, s.conn)
+		_, b, err := s.conn.Read(rctx)
 		cancel()
-		if errors.Is(err, errMalformed) {
-			g.log.Warn("malformed agent message", "instance", s.instance, "err", err)
-			s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "MalformedMessage", Message: truncate(err.Error(), 200)}})
-			continue
-		}
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 				return fmt.Errorf("agent silent for %s", protocol.SilenceLimit)
@@ -323,32 +360,49 @@ func (g *Gateway) receive(ctx context.Context, s *session, lease *store.Lease) e
 			}
 			return err
 		}
-		// Renewed on a message at most every quarter of the silence limit:
-		// with a heartbeat every third of it the lease still never runs out
-		// while the agent talks, and a fleet's state reports do not each
-		// cost a keep-alive.
-		if time.Since(renewed) >= protocol.SilenceLimit/4 {
-			if err := lease.Renew(ctx); err != nil {
-				return fmt.Errorf("session lease lost: %w", err)
-			}
-			renewed = time.Now()
+		if err := g.work.enter(ctx); err != nil {
+			return err
 		}
-		switch m.Type {
-		case protocol.TypeHeartbeat, protocol.TypeManifestAck:
-		case protocol.TypeStateChange:
-			if m.StateChange == nil {
-				s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "MalformedMessage", Message: "stateChange without body"}})
-				continue
-			}
-			if err := g.svc.ApplyTaskStates(ctx, s.cluster, s.instance, m.StateChange.Tasks); err != nil {
-				return fmt.Errorf("write task states: %w", err)
-			}
-			g.states.Add(float64(len(m.StateChange.Tasks)))
-			if err := s.queue(ctx, protocol.Message{Type: protocol.TypeStateAck, StateAck: &protocol.StateAck{ID: m.StateChange.ID}}); err != nil {
-				return err
-			}
-		default:
-			s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "UnknownMessage", Message: "unknown message type " + truncate(m.Type, 40)}})
+		err = g.handle(ctx, s, lease, b, &renewed)
+		g.work.leave()
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// handle acts on one message of the agent's.
+func (g *Gateway) handle(ctx context.Context, s *session, lease *store.Lease, b []byte, renewed *time.Time) error {
+	m, err := decode(b)
+	if err != nil {
+		g.log.Warn("malformed agent message", "instance", s.instance, "err", err)
+		s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "MalformedMessage", Message: truncate(err.Error(), 200)}})
+		return nil
+	}
+	// Renewed on a message at most every quarter of the silence limit:
+	// with a heartbeat every third of it the lease still never runs out
+	// while the agent talks, and a fleet's state reports do not each
+	// cost a keep-alive.
+	if time.Since(*renewed) >= protocol.SilenceLimit/4 {
+		if err := lease.Renew(ctx); err != nil {
+			return fmt.Errorf("session lease lost: %w", err)
+		}
+		*renewed = time.Now()
+	}
+	switch m.Type {
+	case protocol.TypeHeartbeat, protocol.TypeManifestAck:
+	case protocol.TypeStateChange:
+		if m.StateChange == nil {
+			s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "MalformedMessage", Message: "stateChange without body"}})
+			return nil
+		}
+		if err := g.svc.ApplyTaskStates(ctx, s.cluster, s.instance, m.StateChange.Tasks); err != nil {
+			return fmt.Errorf("write task states: %w", err)
+		}
+		g.states.Add(float64(len(m.StateChange.Tasks)))
+		return s.queue(ctx, protocol.Message{Type: protocol.TypeStateAck, StateAck: &protocol.StateAck{ID: m.StateChange.ID}})
+	default:
+		s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "UnknownMessage", Message: "unknown message type " + truncate(m.Type, 40)}})
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/capstanhq/capstan/internal/codec"
 	"log/slog"
 	"math/rand/v2"
 	"sync/atomic"
@@ -44,6 +45,7 @@ type Store struct {
 	// lastWrite is the highest revision this process has committed; reads
 	// wait until the cache has applied it.
 	lastWrite atomic.Int64
+	group     grouper
 	cancel    context.CancelFunc
 	done      chan struct{}
 }
@@ -198,7 +200,7 @@ func Get[T any](ctx context.Context, s *Store, key string) (Item[T], error) {
 		return it, fmt.Errorf("%s: %w", key, ErrNotFound)
 	}
 	it.Key, it.Rev = key, e.rev
-	if err := json.Unmarshal(e.value, &it.Value); err != nil {
+	if err := codec.Unmarshal(e.value, &it.Value); err != nil {
 		return it, fmt.Errorf("decode %s: %w", key, err)
 	}
 	return it, nil
@@ -224,7 +226,7 @@ func List[T any](ctx context.Context, s *Store, prefix, after string, limit int)
 	}
 	items = make([]Item[T], len(kvs))
 	for i, e := range kvs {
-		if err := json.Unmarshal(e.value, &items[i].Value); err != nil {
+		if err := codec.Unmarshal(e.value, &items[i].Value); err != nil {
 			return nil, false, fmt.Errorf("decode %s: %w", e.key, err)
 		}
 		items[i].Key, items[i].Rev = e.key[len(s.prefix):], e.rev
@@ -337,9 +339,24 @@ func (t *Txn) Commit(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("etcd txn: %w", err)
 	}
 	if !resp.Succeeded {
+		t.conflicted(ctx, resp.Header.Revision)
 		return 0, ErrConflict
 	}
-	rev := resp.Header.Revision
+	t.committed(ctx, resp.Header.Revision)
+	return resp.Header.Revision, nil
+}
+
+// conflicted makes the scope's next reads wait for rev, the store's
+// revision when a check failed: it holds the write that came first, which
+// the scope's cache reads may not have seen yet, and a retry must.
+func (t *Txn) conflicted(ctx context.Context, rev int64) {
+	if sc, ok := ctx.Value(scopeKey{t.s}).(scopeCtx); ok {
+		raise(&sc.s.last, rev)
+	}
+}
+
+// committed notes a commit at rev and runs what waited for it.
+func (t *Txn) committed(ctx context.Context, rev int64) {
 	t.s.noteWrite(rev)
 	if sc, ok := ctx.Value(scopeKey{t.s}).(scopeCtx); ok {
 		raise(&sc.s.last, rev)
@@ -347,7 +364,6 @@ func (t *Txn) Commit(ctx context.Context) (int64, error) {
 	for _, fn := range t.after {
 		fn()
 	}
-	return rev, nil
 }
 
 func (s *Store) noteWrite(rev int64) { raise(&s.lastWrite, rev) }

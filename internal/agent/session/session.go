@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capstanhq/capstan/internal/agent/state"
+	"github.com/capstanhq/capstan/internal/codec"
 	"github.com/capstanhq/capstan/internal/protocol"
 )
 
@@ -408,7 +409,7 @@ func (c *Client) reader(ctx context.Context, conn *websocket.Conn, out chan<- pr
 			return err
 		}
 		var m protocol.Message
-		if err := json.Unmarshal(b, &m); err != nil {
+		if err := codec.Unmarshal(b, &m); err != nil {
 			c.cfg.Log.Warn("ignoring malformed message from server", "err", err)
 			continue
 		}

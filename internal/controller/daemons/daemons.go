@@ -2,13 +2,13 @@ package daemons
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/codec"
 	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/store"
@@ -87,7 +87,7 @@ func (r *Reconciler) instanceOfTask(ctx context.Context, ch store.Change) []stri
 	return []string{store.ContainerInstanceKey(t.Cluster, t.InstanceID)}
 }
 
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+func jsonUnmarshal(b []byte, v any) error { return codec.Unmarshal(b, v) }
 
 type rawInstance struct{}
 

@@ -9,13 +9,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/codec"
 	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/protocol"
@@ -135,7 +135,7 @@ func cpOf(_ context.Context, ch store.Change) []string {
 	var v struct {
 		CP string `json:"capacityProviderName"`
 	}
-	if ch.Deleted || json.Unmarshal(ch.Value, &v) != nil || v.CP == "" {
+	if ch.Deleted || codec.Unmarshal(ch.Value, &v) != nil || v.CP == "" {
 		return nil
 	}
 	return []string{store.CapacityProviderKey(v.CP)}
@@ -145,7 +145,7 @@ func cpOfManaged(_ context.Context, ch store.Change) []string {
 	var v struct {
 		CP string `json:"capacityProvider"`
 	}
-	if ch.Deleted || json.Unmarshal(ch.Value, &v) != nil || v.CP == "" {
+	if ch.Deleted || codec.Unmarshal(ch.Value, &v) != nil || v.CP == "" {
 		return nil
 	}
 	return []string{store.CapacityProviderKey(v.CP)}

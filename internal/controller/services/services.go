@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/codec"
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/store"
@@ -84,7 +84,7 @@ func taskService(_ context.Context, ch store.Change) []string {
 		Group   string `json:"group"`
 		Cluster string `json:"capstanCluster"`
 	}
-	if json.Unmarshal(ch.Value, &t) != nil {
+	if codec.Unmarshal(ch.Value, &t) != nil {
 		return nil
 	}
 	name, ok := strings.CutPrefix(t.Group, "service:")
@@ -101,7 +101,7 @@ func (r *Reconciler) instanceServices(ctx context.Context, ch store.Change) []st
 		}
 		// Placements rewrite ACTIVE instances all the time; those concern
 		// only the services whose tasks changed, which wake on their own.
-		if json.Unmarshal(ch.Value, &ci) == nil && (ci.Status == "ACTIVE" || ci.Status == "REGISTERING") {
+		if codec.Unmarshal(ch.Value, &ci) == nil && (ci.Status == "ACTIVE" || ci.Status == "REGISTERING") {
 			return nil
 		}
 	}
