@@ -84,3 +84,22 @@ func TestPacer(t *testing.T) {
 		t.Fatalf("after the interval: wait %v", w)
 	}
 }
+
+// A resting key waits the longer of its rest and the interval; a rest of
+// 0 returns it to the interval.
+func TestPacerRest(t *testing.T) {
+	var p Pacer
+	every := 50 * time.Millisecond
+	p.Due("a", every)
+	p.Rest("a", time.Hour)
+	if w := p.Due("a", every); w <= every || w > time.Hour {
+		t.Fatalf("resting key: wait %v, want (%v, 1h]", w, every)
+	}
+	if w := p.Due("b", every); w != 0 {
+		t.Fatalf("another key waits %v", w)
+	}
+	p.Rest("a", 0)
+	if w := p.Due("a", every); w <= 0 || w > every {
+		t.Fatalf("rest ended: wait %v, want (0, %v]", w, every)
+	}
+}

@@ -10,7 +10,8 @@ import (
 // second, coalesces those changes instead of following each.
 type Pacer struct {
 	mu   sync.Mutex
-	last map[string]time.Time // by key: when its last pass began
+	last map[string]time.Time     // by key: when its last pass began
+	rest map[string]time.Duration // by key: longer spacing after its last pass
 }
 
 // Due reports whether key may be passed over now, at least every apart
@@ -20,6 +21,7 @@ func (p *Pacer) Due(key string, every time.Duration) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
+	every = max(every, p.rest[key])
 	if since := now.Sub(p.last[key]); since < every {
 		return every - since
 	}
@@ -28,11 +30,29 @@ func (p *Pacer) Due(key string, every time.Duration) time.Duration {
 	}
 	if len(p.last) > 1024 {
 		for k, t := range p.last {
-			if now.Sub(t) > every {
+			if now.Sub(t) > max(every, p.rest[k]) {
 				delete(p.last, k) // passed long enough ago to be due anyway
+				delete(p.rest, k)
 			}
 		}
 	}
 	p.last[key] = now
 	return 0
+}
+
+// Rest spaces key's next pass at least d after the start of its last one
+// (0: back to the spacing Due is given). For passes that found nothing to
+// do: spaced in proportion to their cost, they take a bounded share of
+// the cores however often changes wake them.
+func (p *Pacer) Rest(key string, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d <= 0 {
+		delete(p.rest, key)
+		return
+	}
+	if p.rest == nil {
+		p.rest = map[string]time.Duration{}
+	}
+	p.rest[key] = d
 }

@@ -145,31 +145,50 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 	if wait := r.pacer.Due(key, MinPass); wait > 0 {
 		return wait, nil
 	}
+	begun := time.Now()
 	for attempt := 0; ; attempt++ {
-		requeue, err := r.step(ctx, key)
+		requeue, acted, err := r.step(ctx, key)
 		if errors.Is(err, store.ErrConflict) && attempt < 8 {
 			continue
 		}
+		rest := time.Duration(0)
+		if err == nil && !acted {
+			rest = min(idleRest*time.Since(begun), maxIdleRest)
+		}
+		r.pacer.Rest(key, rest)
 		return requeue, err
 	}
 }
 
-func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, error) {
+// A pass that started and stopped nothing (its tasks reporting, counts
+// to update) is not repeated sooner than idleRest times its own duration,
+// nor later than maxIdleRest: passes over a service of thousands of
+// starting tasks then take at most a twentieth of the time, and one that
+// waits for the cores waits longer still.
+const (
+	idleRest    = 20
+	maxIdleRest = time.Second
+)
+
+// step makes one pass; acted reports whether it started or stopped tasks.
+func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, bool, error) {
+	acted := false
 	it, err := store.Get[store.Service](ctx, r.Store, key)
 	if errors.Is(err, store.ErrNotFound) {
-		return 0, nil
+		return 0, acted, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, acted, err
 	}
 	svc := it.Value
 	now := r.Now()
 	if svc.Status == "INACTIVE" {
-		return r.expire(ctx, it, now)
+		requeue, err := r.expire(ctx, it, now)
+		return requeue, acted, err
 	}
 	tasks, err := r.Tasks.PlanTasks(ctx, svc.Cluster, "service:"+svc.ServiceName)
 	if err != nil {
-		return 0, err
+		return 0, acted, err
 	}
 	sp := spec(svc)
 	plan := Decide(sp, tasks, now)
@@ -177,11 +196,11 @@ func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, error
 	var events []string
 	name := "(service " + svc.ServiceName + ")"
 	// What was done before a failure is still worth telling.
-	fail := func(err error) (time.Duration, error) {
+	fail := func(err error) (time.Duration, bool, error) {
 		if rerr := r.record(ctx, svc, events, now); rerr != nil {
 			r.Log.Warn("record service events", "service", svc.ServiceArn, "err", rerr)
 		}
-		return 0, err
+		return 0, acted, err
 	}
 
 	// Stops first: they free room and resources for the starts.
@@ -210,6 +229,7 @@ func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, error
 		if err := r.Tasks.StopServiceTasks(ctx, it, batch, stopReason(reason, sp.Primary)); err != nil {
 			return fail(err)
 		}
+		acted = true
 		events = append(events, fmt.Sprintf("%s has stopped %d running tasks: %s.", name, len(ids), taskList(ids)))
 	}
 
@@ -228,6 +248,7 @@ func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, error
 			return fail(err)
 		}
 		if len(started) > 0 {
+			acted = true
 			events = append(events, fmt.Sprintf("%s has started %d tasks: %s.", name, len(started), taskList(started)))
 		}
 		for _, f := range dedupe(unplaced) {
@@ -273,12 +294,12 @@ func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, error
 		tx.Update(it.Key, it.Rev, *update)
 	}
 	if err := r.addEvents(ctx, tx, svc, events, now); err != nil {
-		return 0, err
+		return 0, acted, err
 	}
 	if _, err := tx.Commit(ctx); err != nil {
 		return fail(err)
 	}
-	return requeue, nil
+	return requeue, acted, nil
 }
 
 func soonest(a, b time.Duration) time.Duration {
