@@ -57,9 +57,9 @@ type Gateway struct {
 // and its API wait behind at most this many.
 type admission chan struct{}
 
-// admitted is enough to keep the cores busy while some of the admitted
-// wait for their commits.
-func admitted() int { return max(64, 16*runtime.GOMAXPROCS(0)) }
+// admitted keeps the cores busy and no more: a message waiting for etcd
+// or the cache gives its place back (store.WithYield).
+func admitted() int { return 4 * runtime.GOMAXPROCS(0) }
 
 func (a admission) enter(ctx context.Context) error {
 	select {
@@ -71,6 +71,28 @@ func (a admission) enter(ctx context.Context) error {
 }
 
 func (a admission) leave() { <-a }
+
+// place is one message's place in the admission, given back while the
+// store makes it wait and taken again after.
+type place struct {
+	a    admission
+	held bool
+}
+
+func (p *place) enter(ctx context.Context) error {
+	if err := p.a.enter(ctx); err != nil {
+		return err
+	}
+	p.held = true
+	return nil
+}
+
+func (p *place) leave() {
+	if p.held {
+		p.held = false
+		p.a.leave()
+	}
+}
 
 // New returns a gateway; Close ends every session.
 func New(svc *control.Service, st *store.Store, v api.Verifier, serverID string, log *slog.Logger) *Gateway {
@@ -360,11 +382,12 @@ func (g *Gateway) receive(ctx context.Context, s *session, lease *store.Lease) e
 			}
 			return err
 		}
-		if err := g.work.enter(ctx); err != nil {
+		p := &place{a: g.work}
+		if err := p.enter(ctx); err != nil {
 			return err
 		}
-		err = g.handle(ctx, s, lease, b, &renewed)
-		g.work.leave()
+		err = g.handle(store.WithYield(ctx, &store.Yield{Leave: p.leave, Enter: p.enter}), s, lease, b, &renewed)
+		p.leave()
 		if err != nil {
 			return err
 		}

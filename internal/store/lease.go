@@ -28,7 +28,10 @@ func (s *Store) Grant(ctx context.Context, ttl time.Duration) (*Lease, error) {
 
 // Renew extends the lease by its TTL; ErrNotFound if it already expired.
 func (l *Lease) Renew(ctx context.Context) error {
-	_, err := l.s.client.KeepAliveOnce(ctx, l.id)
+	err := waiting(ctx, func() error {
+		_, err := l.s.client.KeepAliveOnce(ctx, l.id)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("renew lease: %w", ErrNotFound)
 	}

@@ -134,7 +134,10 @@ func (s *Store) sync(ctx context.Context) error {
 	if sc, ok := ctx.Value(scopeKey{s}).(scopeCtx); ok && sc.reads {
 		rev = sc.s.last.Load()
 	}
-	return s.cache.waitFor(ctx, rev)
+	if s.cache.revision() >= rev {
+		return nil
+	}
+	return waiting(ctx, func() error { return s.cache.waitFor(ctx, rev) })
 }
 
 // Scope is one caller's consistency (a client session, in the usual
@@ -334,7 +337,11 @@ func (t *Txn) Commit(ctx context.Context) (int64, error) {
 	if len(t.ops) == 0 {
 		return t.s.cache.revision(), nil
 	}
-	resp, err := t.s.client.Txn(ctx).If(t.cmps...).Then(t.ops...).Commit()
+	var resp *clientv3.TxnResponse
+	err := waiting(ctx, func() (err error) {
+		resp, err = t.s.client.Txn(ctx).If(t.cmps...).Then(t.ops...).Commit()
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("etcd txn: %w", err)
 	}
@@ -388,10 +395,15 @@ func Retry(ctx context.Context, fn func() error) error {
 			return err
 		}
 		wait := time.Duration(rand.Int64N(int64(min(attempt+1, 16)) * int64(time.Millisecond)))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
+		if werr := waiting(ctx, func() error {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+				return nil
+			}
+		}); werr != nil {
+			return werr
 		}
 	}
 	return err
