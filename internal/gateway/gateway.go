@@ -59,7 +59,7 @@ type admission chan struct{}
 
 // admitted keeps the cores busy and no more: a message waiting for etcd
 // or the cache gives its place back (store.WithYield).
-func admitted() int { return 4 * runtime.GOMAXPROCS(0) }
+func admitted() int { return 8 * runtime.GOMAXPROCS(0) }
 
 func (a admission) enter(ctx context.Context) error {
 	select {

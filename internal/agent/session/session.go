@@ -355,6 +355,13 @@ func (c *Client) writer(ctx context.Context, conn *websocket.Conn, out <-chan pr
 	}
 }
 
+// resendAfter is how long the sender waits, with nothing new to send,
+// before sending unacknowledged batches again on the same session. The
+// server answers every message or ends the session (and a new session
+// resends them all): this only covers a server that lost one, and must be
+// long, or a busy server's slow acks bring it the same reports again.
+const resendAfter = 30 * time.Second
+
 // sender sends every unacknowledged batch, again after each reconnect, and
 // new batches as they are persisted. Resending is safe: the server ignores
 // states it has already written.
@@ -386,7 +393,7 @@ func (c *Client) sender(ctx context.Context, out chan<- protocol.Message) error 
 		case <-ctx.Done():
 			return nil
 		case <-c.batches:
-		case <-time.After(5 * time.Second):
+		case <-time.After(resendAfter):
 			// Unacknowledged batches are resent if the server dropped them.
 			sent = 0
 		}
