@@ -330,8 +330,9 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 		}
 		select {
 		case slot <- struct{}{}:
-			b, err := g.svc.ManifestMessage(ctx, s.cluster, s.instance)
-			g.work.leave()
+			p := &place{a: g.work, held: true}
+			b, err := g.svc.ManifestMessage(store.WithYield(ctx, &store.Yield{Leave: p.leave, Enter: p.enter}), s.cluster, s.instance)
+			p.leave()
 			if err != nil {
 				return err
 			}
