@@ -43,6 +43,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -71,6 +72,7 @@ type options struct {
 	agentNice      int
 	agentProfile   string
 	agentGOGC      int
+	memoryLimit    int64
 	work           string
 	keep           bool
 	serverDebug    bool
@@ -132,6 +134,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.agentLog, "agent-log", "", "write the hollow agents' warnings here")
 	fs.BoolVar(&o.skipRollouts, "skip-rollouts", false, "leave out the rollouts (step 4)")
 	fs.IntVar(&o.agentNice, "agent-nice", 0, "run the hollow agents at this niceness (e.g. 10): on one machine they take the cores a real fleet's agents would not")
+	fs.Int64Var(&o.memoryLimit, "server-memory-limit", 0, "soft memory limit of the server's process in MiB (debug.SetMemoryLimit; 0: none), not of the hollow agents'")
 	fs.IntVar(&o.agentGOGC, "agent-gogc", 400, "GOGC of the hollow agents' process: its one heap holds thousands of agents' state, which the collector marks on every cycle")
 	fs.StringVar(&o.agentProfile, "agent-cpuprofile", "", "write the hollow agents' CPU profile (whole run, child process) here")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
@@ -155,6 +158,8 @@ type Report struct {
 	Etcd      string    `json:"etcd"`
 	// AgentNice is the hollow agents' niceness (0: same as the server).
 	AgentNice int `json:"agent_nice"`
+	// ServerMemoryLimitMiB is the server's soft memory limit (0: none).
+	ServerMemoryLimitMiB int64 `json:"server_memory_limit_mib"`
 	// AgentGOGC is the hollow agents' process's GOGC (0: Go's default).
 	AgentGOGC int `json:"agent_gogc"`
 
@@ -261,7 +266,10 @@ func machine() Machine {
 // run performs the whole measurement; the report holds what was measured
 // even when a step fails.
 func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
-	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, AgentGOGC: o.agentGOGC, RolloutSeconds: -1,
+	if o.memoryLimit > 0 {
+		debug.SetMemoryLimit(o.memoryLimit << 20)
+	}
+	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, AgentGOGC: o.agentGOGC, ServerMemoryLimitMiB: o.memoryLimit, RolloutSeconds: -1,
 		DetectSeconds: -1, ReplaceSeconds: -1, Invariants: []string{}}
 	if len(o.etcdEndpoints) > 0 {
 		rep.Etcd = strings.Join(o.etcdEndpoints, ",")
