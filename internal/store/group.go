@@ -42,9 +42,8 @@ var errAlone = errors.New("store: commit alone")
 
 // CommitGrouped commits like Commit, possibly in one etcd transaction with
 // other callers' grouped transactions. All of a group commit at the same
-// revision; a failed revision check of one fails none of the others. For
-// transactions that write keys no concurrent grouped transaction writes
-// (two that do are put in different groups).
+// revision; a failed revision check of one fails none of the others; two
+// that write the same key go to different groups.
 func (t *Txn) CommitGrouped(ctx context.Context) (int64, error) {
 	if t.err != nil || len(t.ops) == 0 {
 		return t.Commit(ctx)
