@@ -273,6 +273,9 @@ func TestSlowIndexHoldsBackOnlyTheRevision(t *testing.T) {
 	if _, err := s.Txn().Create("other/1", obj{N: 1}).Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := Get[obj](ctx, s, "other/1"); err != nil { // in the cache before the gate shuts
+		t.Fatal(err)
+	}
 	g := &gate{open: make(chan struct{})}
 	s.AddIndex("g/", g)
 	g.shut.Store(true)
