@@ -158,8 +158,12 @@ func (p *Provisioner) Terminate(ctx context.Context, handle string) error {
 	p.mu.Lock()
 	delete(p.procs, handle)
 	p.mu.Unlock()
-	if err := p.removeContainers(ctx, dir); err != nil {
+	arn, err := p.removeContainers(ctx, dir)
+	if err != nil {
 		return err
+	}
+	if arn != "" {
+		go p.sweepLate(arn)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
@@ -170,20 +174,44 @@ func (p *Provisioner) Terminate(ctx context.Context, handle string) error {
 
 // removeContainers removes the containers labelled with the instance ARN
 // the agent recorded in its database.
-func (p *Provisioner) removeContainers(ctx context.Context, dir string) error {
+// It returns the ARN ("" for an instance that never registered).
+func (p *Provisioner) removeContainers(ctx context.Context, dir string) (string, error) {
 	dbPath := filepath.Join(dir, "data", state.FileName)
 	if _, err := os.Stat(dbPath); err != nil {
-		return nil // never registered
+		return "", nil // never registered
 	}
 	db, err := state.Open(dbPath)
 	if err != nil {
-		return fmt.Errorf("read instance state: %w", err)
+		return "", fmt.Errorf("read instance state: %w", err)
 	}
 	arn, err := db.InstanceARN()
 	db.Close()
 	if err != nil || arn == "" {
-		return err
+		return "", err
 	}
+	if err := p.removeLabelled(ctx, arn); err != nil {
+		return arn, err
+	}
+	// The instance's daemon network goes with it, freeing its subnet.
+	nets, err := p.Runtime.Networks(ctx, map[string]string{"com.capstan.instance": arn})
+	if err != nil {
+		return arn, err
+	}
+	for _, n := range nets {
+		for id := range n.Containers {
+			if err := p.Runtime.DisconnectNetwork(ctx, n.ID, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				return arn, err
+			}
+		}
+		if err := p.Runtime.RemoveNetwork(ctx, n.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			return arn, fmt.Errorf("remove network %s: %w", n.Name, err)
+		}
+	}
+	return arn, nil
+}
+
+// removeLabelled removes the containers labelled with the instance ARN.
+func (p *Provisioner) removeLabelled(ctx context.Context, arn string) error {
 	cs, err := p.Runtime.List(ctx, map[string]string{"com.capstan.instance": arn})
 	if err != nil {
 		return err
@@ -193,22 +221,27 @@ func (p *Provisioner) removeContainers(ctx context.Context, dir string) error {
 			return fmt.Errorf("remove container %s: %w", c.ID, err)
 		}
 	}
-	// The instance's daemon network goes with it, freeing its subnet.
-	nets, err := p.Runtime.Networks(ctx, map[string]string{"com.capstan.instance": arn})
-	if err != nil {
-		return err
-	}
-	for _, n := range nets {
-		for id := range n.Containers {
-			if err := p.Runtime.DisconnectNetwork(ctx, n.ID, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-				return err
-			}
-		}
-		if err := p.Runtime.RemoveNetwork(ctx, n.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			return fmt.Errorf("remove network %s: %w", n.Name, err)
-		}
-	}
 	return nil
+}
+
+// A killed agent's requests to Docker still complete after it died (a
+// create sent just before kill -9 can finish after the instance was
+// terminated): the instance's containers are swept again for a minute.
+const (
+	lateSweeps     = 12
+	lateSweepEvery = 5 * time.Second
+)
+
+func (p *Provisioner) sweepLate(arn string) {
+	for range lateSweeps {
+		time.Sleep(lateSweepEvery)
+		ctx, cancel := context.WithTimeout(context.Background(), lateSweepEvery)
+		err := p.removeLabelled(ctx, arn)
+		cancel()
+		if err != nil {
+			p.Log.Warn("sweep a terminated instance's late containers", "instance", arn, "err", err)
+		}
+	}
 }
 
 // Handles lists the instances that have a directory (for cleanup).
