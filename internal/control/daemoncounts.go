@@ -20,12 +20,15 @@ type DaemonCount struct {
 // tasks and instances change (the same records the daemons controller acts
 // on): no walk over the fleet per call.
 func (s *Service) DaemonCounts(ctx context.Context, cluster, daemon string, cpArns []string) (map[string]*DaemonCount, error) {
-	v, err := s.fleetView(ctx)
-	if err != nil {
+	if err := s.st.Sync(ctx); err != nil {
 		return nil, err
 	}
-	defer v.done()
-	c := v.cluster(cluster)
+	s.fleet.counts.RLock()
+	defer s.fleet.counts.RUnlock()
+	c := s.fleet.clusters[cluster]
+	if c == nil {
+		c = &fleetCluster{}
+	}
 	out := map[string]*DaemonCount{}
 	for _, cp := range cpArns {
 		out[cp] = c.daemonCount(daemon, lastPart(cp)) // by name: the ARNs are this server's

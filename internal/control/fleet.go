@@ -20,7 +20,12 @@ import (
 // of walking structs instead of decoding every record on every call. The
 // records stay the truth: writes are still revision-checked against them.
 type fleet struct {
-	mu       sync.RWMutex
+	mu sync.RWMutex
+	// counts guards every cluster's kept daemon counts and additions to
+	// clusters; writers hold mu too. DescribeDaemon reads the counts under
+	// it alone, so it does not queue behind long fleet readers (a
+	// placement or services pass) and the writer waiting on them.
+	counts   sync.RWMutex
 	clusters map[string]*fleetCluster
 	managed  map[string]bool // agent access key → provisioned by Capstan
 }
@@ -36,6 +41,8 @@ type fleetCluster struct {
 	// instance per DescribeDaemon was the largest cost of a rollout watched
 	// at 5,000 instances): per capacity provider name, instances in scope;
 	// per daemon and provider, where it runs.
+	// Both under fleet.counts as well as fleet.mu.
+	counts *sync.RWMutex
 	cps    map[string]*cpStand
 	stands map[string]map[string]*daemonStand
 	// placedTasks maps a task to the instances whose placements name it,
@@ -156,9 +163,11 @@ func (f *fleet) cluster(name string) *fleetCluster {
 	c := f.clusters[name]
 	if c == nil {
 		c = &fleetCluster{instances: map[string]*fleetInstance{}, tasks: map[string]*fleetTask{},
-			groups: map[string]map[string]struct{}{}, waiting: map[string]struct{}{},
+			groups: map[string]map[string]struct{}{}, waiting: map[string]struct{}{}, counts: &f.counts,
 			cps: map[string]*cpStand{}, stands: map[string]map[string]*daemonStand{}, placedTasks: map[string]map[string]int{}}
+		f.counts.Lock()
 		f.clusters[name] = c
+		f.counts.Unlock()
 	}
 	return c
 }
@@ -166,6 +175,8 @@ func (f *fleet) cluster(name string) *fleetCluster {
 // recount takes an instance's part out of the counts and puts it back as
 // the instance stands now.
 func (c *fleetCluster) recount(fi *fleetInstance) {
+	c.counts.Lock()
+	defer c.counts.Unlock()
 	old := fi.counted
 	if old.cp != "" {
 		n := c.cps[old.cp]

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/controller/services"
@@ -262,4 +263,59 @@ func TestFleetDaemonCountsFollowChanges(t *testing.T) {
 			check(step, "replayed")
 		}
 	}
+}
+
+// DaemonCounts answers while a long fleet reader holds the view and a
+// record change waits for it: DescribeDaemon used to queue behind both.
+func TestDaemonCountsDoNotWaitForFleetReaders(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
+	if _, err := st.Txn().Create(store.ContainerInstanceKey("c", "i1"), instanceRecord("i1", "ACTIVE", 1024, 2048)).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.fleetView(ctx) // the long reader
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	defer func() {
+		if !released {
+			v.done()
+		}
+	}()
+	// A change arrives: the cache's index feed waits for the reader.
+	changed := make(chan struct{})
+	go func() {
+		s.fleet.change("containerinstances/", "containerinstances/c/i2", mustJSON(t, instanceRecord("i2", "ACTIVE", 1024, 2048)), 99)
+		close(changed)
+	}()
+	// Wait until the writer is queued (it then holds back new readers of mu).
+	deadline := time.Now().Add(10 * time.Second)
+	for s.fleet.mu.TryRLock() {
+		s.fleet.mu.RUnlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the change never waited for the fleet lock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	got := make(chan map[string]*DaemonCount, 1)
+	go func() {
+		n, err := s.DaemonCounts(ctx, "c", "agent", []string{"arn:aws:ecs:us-east-1:123456789012:capacity-provider/cp"})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- n
+	}()
+	select {
+	case n := <-got:
+		if c := n["arn:aws:ecs:us-east-1:123456789012:capacity-provider/cp"]; c == nil || c.Instances != 1 || c.WithoutDaemon != 1 {
+			t.Fatalf("counts while the change waits = %s, want the one instance before it", mustJSON(t, n))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("DaemonCounts waited for the fleet reader")
+	}
+	v.done()
+	released = true
+	<-changed
 }
