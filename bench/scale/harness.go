@@ -107,9 +107,9 @@ func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
 		RetryMaxAttempts: 5})
 	dir := filepath.Join(o.work, "hollow")
 	if o.inProcess {
-		h.host, err = newLocalHost(dir, slog.New(slog.DiscardHandler))
+		h.host, err = newLocalHost(dir, o.agentState == "memory", slog.New(slog.DiscardHandler))
 	} else {
-		h.host, err = newChildHost(dir, o.agentLog, o.agentProfile, o.agentNice, o.agentGOGC)
+		h.host, err = newChildHost(dir, o.agentLog, o.agentProfile, o.agentNice, o.agentGOGC, o.agentState == "memory")
 	}
 	if err != nil {
 		srv.Close()

@@ -44,8 +44,8 @@ type hostStats struct {
 // localHost runs instances through a sim provisioner in this process.
 type localHost struct{ p *simprov.Provisioner }
 
-func newLocalHost(dir string, log *slog.Logger) (*localHost, error) {
-	p, err := simprov.New(simprov.Config{Dir: dir, Log: log})
+func newLocalHost(dir string, memoryState bool, log *slog.Logger) (*localHost, error) {
+	p, err := simprov.New(simprov.Config{Dir: dir, MemoryState: memoryState, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ type childHost struct {
 // started under nice(1), so every thread of it inherits the priority. With
 // a profile path, the child writes its CPU profile there when it exits.
 // gogc > 0 sets the child's GOGC.
-func newChildHost(dir, logPath, profile string, nice, gogc int) (*childHost, error) {
+func newChildHost(dir, logPath, profile string, nice, gogc int, memoryState bool) (*childHost, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -149,6 +149,9 @@ func newChildHost(dir, logPath, profile string, nice, gogc int) (*childHost, err
 	cmd.Env = append(os.Environ(), childEnv+"="+dir, "CAPSTAN_SCALE_AGENT_LOG="+logPath, "CAPSTAN_SCALE_AGENT_CPUPROFILE="+profile)
 	if gogc > 0 {
 		cmd.Env = append(cmd.Env, "GOGC="+strconv.Itoa(gogc))
+	}
+	if memoryState {
+		cmd.Env = append(cmd.Env, "CAPSTAN_SCALE_AGENT_STATE=memory")
 	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -243,7 +246,7 @@ func serveHost(dir string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	h, err := newLocalHost(dir, log)
+	h, err := newLocalHost(dir, os.Getenv("CAPSTAN_SCALE_AGENT_STATE") == "memory", log)
 	if err != nil {
 		return err
 	}

@@ -72,6 +72,7 @@ type options struct {
 	agentNice      int
 	agentProfile   string
 	agentGOGC      int
+	agentState     string
 	memoryLimit    int64
 	work           string
 	keep           bool
@@ -136,6 +137,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.agentNice, "agent-nice", 0, "run the hollow agents at this niceness (e.g. 10): on one machine they take the cores a real fleet's agents would not")
 	fs.Int64Var(&o.memoryLimit, "server-memory-limit", 0, "soft memory limit of the server's process in MiB (debug.SetMemoryLimit; 0: none), not of the hollow agents'")
 	fs.IntVar(&o.agentGOGC, "agent-gogc", 400, "GOGC of the hollow agents' process: its one heap holds thousands of agents' state, which the collector marks on every cycle")
+	fs.StringVar(&o.agentState, "agent-state", "memory", "where hollow agents keep their state: memory, or disk (a bbolt file each, as a real agent)")
 	fs.StringVar(&o.agentProfile, "agent-cpuprofile", "", "write the hollow agents' CPU profile (whole run, child process) here")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	if err := fs.Parse(args); err != nil {
@@ -143,6 +145,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.instances < 1 {
 		return o, fmt.Errorf("-instances must be at least 1")
+	}
+	if o.agentState != "memory" && o.agentState != "disk" {
+		return o, fmt.Errorf("-agent-state must be memory or disk (got %q)", o.agentState)
 	}
 	if endpoints != "" {
 		o.etcdEndpoints = strings.Split(endpoints, ",")
@@ -162,6 +167,8 @@ type Report struct {
 	ServerMemoryLimitMiB int64 `json:"server_memory_limit_mib"`
 	// AgentGOGC is the hollow agents' process's GOGC (0: Go's default).
 	AgentGOGC int `json:"agent_gogc"`
+	// AgentState is where the hollow agents keep their state (memory, disk).
+	AgentState string `json:"agent_state"`
 
 	CredentialsSeconds      float64 `json:"credentials_seconds"`
 	RegisterSeconds         float64 `json:"register_seconds"`
@@ -269,7 +276,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	if o.memoryLimit > 0 {
 		debug.SetMemoryLimit(o.memoryLimit << 20)
 	}
-	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, AgentGOGC: o.agentGOGC, ServerMemoryLimitMiB: o.memoryLimit, RolloutSeconds: -1,
+	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, AgentGOGC: o.agentGOGC, AgentState: o.agentState, ServerMemoryLimitMiB: o.memoryLimit, RolloutSeconds: -1,
 		DetectSeconds: -1, ReplaceSeconds: -1, Invariants: []string{}}
 	if len(o.etcdEndpoints) > 0 {
 		rep.Etcd = strings.Join(o.etcdEndpoints, ",")
@@ -655,8 +662,8 @@ func secs(v float64) string {
 
 func printTable(w io.Writer, r *Report) {
 	m := r.Machine
-	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, etcd %s, agents at nice %d, GOGC %d\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
-		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, r.Etcd, r.AgentNice, r.AgentGOGC)
+	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, etcd %s, agents at nice %d, GOGC %d, state in %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
+		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, r.Etcd, r.AgentNice, r.AgentGOGC, r.AgentState)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "hollow instances\t%d\n", r.Instances)
 	fmt.Fprintf(tw, "registration (launch → all ACTIVE, connected)\t%.1f s\t%.0f instances/s\n", r.RegisterSeconds, r.InstancesPerSecond)

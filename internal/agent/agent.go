@@ -59,6 +59,10 @@ type Options struct {
 	// listener, no fsync of its state (which goes with the instance).
 	// Registration, session, engine, state and resources are the real ones.
 	Hollow bool
+	// State, when set, is the agent's database instead of the file in its
+	// data directory; the caller keeps and closes it (hollow instances keep
+	// theirs in memory across agent restarts).
+	State *state.DB
 }
 
 // Endpoints are where a running agent serves.
@@ -81,15 +85,18 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	stateOpts := []state.Option{state.WithLogger(log)}
-	if o.Hollow {
-		stateOpts = append(stateOpts, state.WithoutSync())
+	db := o.State
+	if db == nil {
+		stateOpts := []state.Option{state.WithLogger(log)}
+		if o.Hollow {
+			stateOpts = append(stateOpts, state.WithoutSync())
+		}
+		var err error
+		if db, err = state.Open(filepath.Join(cfg.DataDir, state.FileName), stateOpts...); err != nil {
+			return err
+		}
+		defer db.Close()
 	}
-	db, err := state.Open(filepath.Join(cfg.DataDir, state.FileName), stateOpts...)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
 	if r := db.Repair(); r != nil {
 		log.Warn("agent database was damaged and has been set aside; rebuilding from the runtime", "moved_to", r.MovedTo, "reason", r.Reason)
 	}

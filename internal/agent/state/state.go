@@ -54,6 +54,7 @@ var (
 // DB is the open database. Its methods are safe for concurrent use.
 type DB struct {
 	bolt   *bolt.DB
+	mem    *memDB // instead of bolt: OpenMemory
 	path   string
 	repair *Repair
 }
@@ -241,7 +242,12 @@ func checkValues(tx *bolt.Tx) error {
 }
 
 // Close closes the database.
-func (d *DB) Close() error { return d.bolt.Close() }
+func (d *DB) Close() error {
+	if d.mem != nil {
+		return nil
+	}
+	return d.bolt.Close()
+}
 
 // Path is the database file.
 func (d *DB) Path() string { return d.path }
@@ -253,16 +259,46 @@ func (d *DB) Repaired() bool { return d.repair != nil }
 // Repair describes the replacement, nil when there was none.
 func (d *DB) Repair() *Repair { return d.repair }
 
+// kvTx is a transaction over the buckets, bbolt's or the memory's.
+type kvTx interface {
+	Bucket(name []byte) kvBucket
+}
+
+// kvBucket is the part of a bbolt bucket this package uses. Values read
+// are valid only during the transaction.
+type kvBucket interface {
+	Get(k []byte) []byte
+	Put(k, v []byte) error
+	Delete(k []byte) error
+	ForEach(fn func(k, v []byte) error) error
+}
+
+type boltTx struct{ tx *bolt.Tx }
+
+func (t boltTx) Bucket(name []byte) kvBucket { return t.tx.Bucket(name) }
+
 // update runs fn in a write transaction; bbolt fsyncs on commit.
-func (d *DB) update(fn func(tx *bolt.Tx) error) error {
-	if err := d.bolt.Update(fn); err != nil {
+func (d *DB) update(fn func(tx kvTx) error) error {
+	var err error
+	if d.mem != nil {
+		err = d.mem.update(fn)
+	} else {
+		err = d.bolt.Update(func(tx *bolt.Tx) error { return fn(boltTx{tx}) })
+	}
+	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
 	return nil
 }
 
-func (d *DB) view(fn func(tx *bolt.Tx) error) error {
-	if err := d.bolt.View(fn); err != nil {
+func (d *DB) view(fn func(tx kvTx) error) error {
+	var err error
+	if d.mem != nil {
+		err = d.mem.view(fn)
+	} else {
+		err = d.bolt.View(func(tx *bolt.Tx) error { return fn(boltTx{tx}) })
+	}
+	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
 	return nil
@@ -270,7 +306,7 @@ func (d *DB) view(fn func(tx *bolt.Tx) error) error {
 
 func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
-func getU64(b *bolt.Bucket, k []byte) (uint64, error) {
+func getU64(b kvBucket, k []byte) (uint64, error) {
 	v := b.Get(k)
 	switch len(v) {
 	case 0:
@@ -298,7 +334,7 @@ type Registration struct {
 // InstanceARN is the container instance ARN, "" before registration.
 func (d *DB) InstanceARN() (string, error) {
 	var arn string
-	err := d.view(func(tx *bolt.Tx) error {
+	err := d.view(func(tx kvTx) error {
 		arn = string(tx.Bucket(bucketMeta).Get(keyInstanceARN))
 		return nil
 	})
@@ -307,12 +343,12 @@ func (d *DB) InstanceARN() (string, error) {
 
 // SetInstanceARN stores the container instance ARN.
 func (d *DB) SetInstanceARN(arn string) error {
-	return d.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyInstanceARN, []byte(arn)) })
+	return d.update(func(tx kvTx) error { return tx.Bucket(bucketMeta).Put(keyInstanceARN, []byte(arn)) })
 }
 
 // Registration returns the stored registration; ok is false before the first.
 func (d *DB) Registration() (r Registration, ok bool, err error) {
-	err = d.view(func(tx *bolt.Tx) error {
+	err = d.view(func(tx kvTx) error {
 		v := tx.Bucket(bucketMeta).Get(keyRegistration)
 		if v == nil {
 			return nil
@@ -332,7 +368,7 @@ func (d *DB) SetRegistration(r Registration) error {
 	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
-	return d.update(func(tx *bolt.Tx) error {
+	return d.update(func(tx kvTx) error {
 		meta := tx.Bucket(bucketMeta)
 		if err := meta.Put(keyRegistration, v); err != nil {
 			return err
@@ -346,7 +382,7 @@ func (d *DB) SetRegistration(r Registration) error {
 // containers valid across agent restarts.
 func (d *DB) MetadataKey() ([]byte, error) {
 	var key []byte
-	err := d.update(func(tx *bolt.Tx) error {
+	err := d.update(func(tx kvTx) error {
 		meta := tx.Bucket(bucketMeta)
 		if v := meta.Get(keyMetadataKey); len(v) == 32 {
 			key = bytes.Clone(v)
@@ -367,7 +403,7 @@ func (d *DB) PutManifest(seq uint64, data []byte) error {
 	if !json.Valid(data) {
 		return fmt.Errorf("state: manifest %d is not JSON", seq)
 	}
-	return d.update(func(tx *bolt.Tx) error {
+	return d.update(func(tx kvTx) error {
 		if err := tx.Bucket(bucketManifest).Put(keyManifest, data); err != nil {
 			return err
 		}
@@ -377,7 +413,7 @@ func (d *DB) PutManifest(seq uint64, data []byte) error {
 
 // Manifest returns the last stored manifest (nil data and seq 0 if none).
 func (d *DB) Manifest() (seq uint64, data []byte, err error) {
-	err = d.view(func(tx *bolt.Tx) error {
+	err = d.view(func(tx kvTx) error {
 		data = bytes.Clone(tx.Bucket(bucketManifest).Get(keyManifest))
 		seq, err = getU64(tx.Bucket(bucketMeta), keyManifestSeq)
 		return err
@@ -388,7 +424,7 @@ func (d *DB) Manifest() (seq uint64, data []byte, err error) {
 // ManifestSeq is the sequence number of the last stored manifest.
 func (d *DB) ManifestSeq() (uint64, error) {
 	var seq uint64
-	err := d.view(func(tx *bolt.Tx) (err error) {
+	err := d.view(func(tx kvTx) (err error) {
 		seq, err = getU64(tx.Bucket(bucketMeta), keyManifestSeq)
 		return err
 	})
@@ -402,18 +438,18 @@ func (d *DB) PutTask(arn string, data []byte) error {
 	if arn == "" {
 		return errors.New("state: task ARN is empty")
 	}
-	return d.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketTasks).Put([]byte(arn), data) })
+	return d.update(func(tx kvTx) error { return tx.Bucket(bucketTasks).Put([]byte(arn), data) })
 }
 
 // DeleteTask removes a task's record; deleting an absent one is not an error.
 func (d *DB) DeleteTask(arn string) error {
-	return d.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketTasks).Delete([]byte(arn)) })
+	return d.update(func(tx kvTx) error { return tx.Bucket(bucketTasks).Delete([]byte(arn)) })
 }
 
 // Tasks returns every task record by ARN.
 func (d *DB) Tasks() (map[string][]byte, error) {
 	out := map[string][]byte{}
-	err := d.view(func(tx *bolt.Tx) error {
+	err := d.view(func(tx kvTx) error {
 		return tx.Bucket(bucketTasks).ForEach(func(k, v []byte) error {
 			out[string(k)] = bytes.Clone(v)
 			return nil
@@ -433,7 +469,7 @@ type Batch struct {
 // AppendBatch stores a new state batch. IDs must increase: one not above
 // the last appended is refused, so a batch can never be numbered twice.
 func (d *DB) AppendBatch(id uint64, data []byte) error {
-	return d.update(func(tx *bolt.Tx) error {
+	return d.update(func(tx kvTx) error {
 		meta := tx.Bucket(bucketMeta)
 		last, err := getU64(meta, keyBatchLast)
 		if err != nil {
@@ -452,7 +488,7 @@ func (d *DB) AppendBatch(id uint64, data []byte) error {
 // Batches returns the unacknowledged batches, oldest first.
 func (d *DB) Batches() ([]Batch, error) {
 	var out []Batch
-	err := d.view(func(tx *bolt.Tx) error {
+	err := d.view(func(tx kvTx) error {
 		return tx.Bucket(bucketOutbox).ForEach(func(k, v []byte) error {
 			if len(k) != 8 {
 				return fmt.Errorf("%w: outbox key of %d bytes", ErrCorrupt, len(k))
@@ -466,11 +502,19 @@ func (d *DB) Batches() ([]Batch, error) {
 
 // AckThrough drops every batch up to and including id.
 func (d *DB) AckThrough(id uint64) error {
-	return d.update(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketOutbox).Cursor()
+	return d.update(func(tx kvTx) error {
+		out := tx.Bucket(bucketOutbox)
 		end := u64(id)
-		for k, _ := c.First(); k != nil && bytes.Compare(k, end) <= 0; k, _ = c.First() {
-			if err := c.Delete(); err != nil {
+		var drop [][]byte
+		_ = out.ForEach(func(k, _ []byte) error { // keys in order
+			if bytes.Compare(k, end) > 0 {
+				return errStop
+			}
+			drop = append(drop, bytes.Clone(k))
+			return nil
+		})
+		for _, k := range drop {
+			if err := out.Delete(k); err != nil {
 				return err
 			}
 		}
@@ -487,7 +531,7 @@ func (d *DB) AckThrough(id uint64) error {
 // batches keep counting up after the outbox empties or the agent restarts.
 func (d *DB) LastBatchID() (uint64, error) {
 	var id uint64
-	err := d.view(func(tx *bolt.Tx) (err error) {
+	err := d.view(func(tx kvTx) (err error) {
 		id, err = getU64(tx.Bucket(bucketMeta), keyBatchLast)
 		return err
 	})
@@ -497,7 +541,7 @@ func (d *DB) LastBatchID() (uint64, error) {
 // AckedBatchID is the highest batch ID the server acknowledged.
 func (d *DB) AckedBatchID() (uint64, error) {
 	var id uint64
-	err := d.view(func(tx *bolt.Tx) (err error) {
+	err := d.view(func(tx kvTx) (err error) {
 		id, err = getU64(tx.Bucket(bucketMeta), keyBatchAcked)
 		return err
 	})
@@ -520,7 +564,7 @@ func (d *DB) updateImage(ref string, fn func(*ImageRecord)) error {
 	if ref == "" {
 		return errors.New("state: image reference is empty")
 	}
-	return d.update(func(tx *bolt.Tx) error {
+	return d.update(func(tx kvTx) error {
 		b := tx.Bucket(bucketImages)
 		rec := ImageRecord{Ref: ref}
 		if v := b.Get([]byte(ref)); v != nil {
@@ -559,7 +603,7 @@ func (d *DB) ImagePulled(ref, id string, at time.Time) error {
 
 // Image returns the record of ref; ok is false when there is none.
 func (d *DB) Image(ref string) (rec ImageRecord, ok bool, err error) {
-	err = d.view(func(tx *bolt.Tx) error {
+	err = d.view(func(tx kvTx) error {
 		v := tx.Bucket(bucketImages).Get([]byte(ref))
 		if v == nil {
 			return nil
@@ -576,7 +620,7 @@ func (d *DB) Image(ref string) (rec ImageRecord, ok bool, err error) {
 // Images returns every image record.
 func (d *DB) Images() ([]ImageRecord, error) {
 	var out []ImageRecord
-	err := d.view(func(tx *bolt.Tx) error {
+	err := d.view(func(tx kvTx) error {
 		return tx.Bucket(bucketImages).ForEach(func(k, v []byte) error {
 			var rec ImageRecord
 			if err := json.Unmarshal(v, &rec); err != nil {
@@ -591,5 +635,5 @@ func (d *DB) Images() ([]ImageRecord, error) {
 
 // ForgetImage drops the record of ref.
 func (d *DB) ForgetImage(ref string) error {
-	return d.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketImages).Delete([]byte(ref)) })
+	return d.update(func(tx kvTx) error { return tx.Bucket(bucketImages).Delete([]byte(ref)) })
 }

@@ -1,7 +1,7 @@
 // Package sim provisions hollow instances: the real agent (registration,
 // session, task engine, state, resources) running as goroutines of this
 // process on the simulated runtime, each with its own websocket session,
-// credential and bbolt state in a directory of its own. Thousands fit in
+// credential and bbolt state in a directory of its own (or in memory). Thousands fit in
 // one process, which is what scale benchmarks and fault tests need. What a
 // hollow agent does not need there (the task metadata endpoint, /metrics,
 // fsync) is left out; see agent.Options.Hollow.
@@ -24,6 +24,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/agent"
 	"github.com/capstanhq/capstan/internal/agent/config"
+	"github.com/capstanhq/capstan/internal/agent/state"
 	"github.com/capstanhq/capstan/internal/provision"
 	simrt "github.com/capstanhq/capstan/internal/runtime/sim"
 )
@@ -38,6 +39,10 @@ type Config struct {
 	// Runtime is each instance's simulated host; its CPUs and memory come
 	// from the launch request.
 	Runtime simrt.Config
+	// MemoryState keeps each instance's agent state in memory instead of
+	// a bbolt file in its directory (it still survives the agent's
+	// restarts, as a disk would, and goes with the instance).
+	MemoryState bool
 	// Log receives the agents' logs, each tagged with its instance; nil
 	// discards them (thousands of agents are loud).
 	Log *slog.Logger
@@ -59,6 +64,7 @@ type instance struct {
 	id     string
 	dir    string
 	rt     *simrt.Runtime
+	db     *state.DB // nil: a file in dir
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the agent has returned
 
@@ -126,6 +132,9 @@ func (p *Provisioner) Launch(_ context.Context, req provision.Request) (string, 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{id: req.ID, dir: dir, rt: simrt.New(rc), cancel: cancel, done: make(chan struct{})}
+	if p.cfg.MemoryState {
+		in.db = state.OpenMemory()
+	}
 	p.mu.Lock()
 	if _, ok := p.instances[req.ID]; ok {
 		p.mu.Unlock()
@@ -147,7 +156,7 @@ func (p *Provisioner) Launch(_ context.Context, req provision.Request) (string, 
 			}
 		}
 		err := agent.Run(ctx, cfg, agent.Options{Runtime: in.rt, Log: log, HTTPClient: p.client,
-			PauseImage: simrt.PauseImage, Hollow: true, Ready: func(e agent.Endpoints) {
+			PauseImage: simrt.PauseImage, Hollow: true, State: in.db, Ready: func(e agent.Endpoints) {
 				in.mu.Lock()
 				in.arn = e.InstanceArn
 				in.mu.Unlock()
