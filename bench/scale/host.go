@@ -35,8 +35,11 @@ type host interface {
 
 // hostStats describe the process the hollow instances run in.
 type hostStats struct {
-	RSSBytes   int64   `json:"rss"`
-	HeapBytes  int64   `json:"heap"`
+	RSSBytes   int64 `json:"rss"`
+	HeapBytes  int64 `json:"heap"`
+	StackBytes int64 `json:"stacks"`
+	// HeapFree is heap memory free but not yet given back to the system.
+	HeapFree   int64   `json:"heap_free"`
 	Goroutines int     `json:"goroutines"`
 	CPUSeconds float64 `json:"cpu"`
 }
@@ -70,7 +73,8 @@ func selfStats() hostStats {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return hostStats{RSSBytes: rss(os.Getpid()), HeapBytes: int64(ms.HeapInuse), Goroutines: runtime.NumGoroutine(), CPUSeconds: cpuSeconds(os.Getpid())}
+	return hostStats{RSSBytes: rss(os.Getpid()), HeapBytes: int64(ms.HeapInuse), StackBytes: int64(ms.StackInuse),
+		HeapFree: int64(ms.HeapIdle - ms.HeapReleased), Goroutines: runtime.NumGoroutine(), CPUSeconds: cpuSeconds(os.Getpid())}
 }
 
 // rss reads a process's resident set from /proc (0 elsewhere).

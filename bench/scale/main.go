@@ -188,9 +188,11 @@ type Report struct {
 	APIErrors               int64                 `json:"api_errors"`
 	ServerRSSMiB            float64               `json:"server_rss_mib"`
 	ServerPeakRSSMiB        float64               `json:"server_peak_rss_mib"`
-	ServerRSSAnonMiB        float64               `json:"server_rss_anon_mib"` // heap, stacks
-	ServerRSSFileMiB        float64               `json:"server_rss_file_mib"` // mapped files: etcd's database, the binary
-	ServerHeapMiB           float64               `json:"server_heap_mib"`     // Go heap in use after a collection
+	ServerRSSAnonMiB        float64               `json:"server_rss_anon_mib"`  // heap, stacks
+	ServerRSSFileMiB        float64               `json:"server_rss_file_mib"`  // mapped files: etcd's database, the binary
+	ServerHeapMiB           float64               `json:"server_heap_mib"`      // Go heap in use after a collection
+	ServerStacksMiB         float64               `json:"server_stacks_mib"`    // goroutine stacks
+	ServerHeapFreeMiB       float64               `json:"server_heap_free_mib"` // free heap not yet returned
 	ServerCPUSeconds        float64               `json:"server_cpu_seconds"`
 	ServerHeapPerInstanceKi float64               `json:"server_heap_per_instance_kib"`
 	ServerGoroutines        int                   `json:"server_goroutines"`
@@ -323,6 +325,8 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	rep.ServerRSSAnonMiB = float64(procStatus(os.Getpid(), "RssAnon")) / (1 << 20)
 	rep.ServerRSSFileMiB = float64(procStatus(os.Getpid(), "RssFile")) / (1 << 20)
 	rep.ServerHeapMiB = float64(self.HeapBytes) / (1 << 20)
+	rep.ServerStacksMiB = float64(self.StackBytes) / (1 << 20)
+	rep.ServerHeapFreeMiB = float64(self.HeapFree) / (1 << 20)
 	rep.ServerCPUSeconds = self.CPUSeconds
 	rep.ServerGoroutines = self.Goroutines
 	if st, serr := os.Stat(filepath.Join(h.cfg.DataDir, "etcd", "data", "member", "snap", "db")); serr == nil {
@@ -680,6 +684,7 @@ func printTable(w io.Writer, r *Report) {
 	}
 	fmt.Fprintf(tw, "server RSS (now / peak)\t%.0f MiB\t%.0f MiB\n", r.ServerRSSMiB, r.ServerPeakRSSMiB)
 	fmt.Fprintf(tw, "  anonymous / mapped files / Go heap in use\t%.0f MiB\t%.0f MiB\t%.0f MiB\n", r.ServerRSSAnonMiB, r.ServerRSSFileMiB, r.ServerHeapMiB)
+	fmt.Fprintf(tw, "  goroutine stacks / free heap not returned\t%.0f MiB\t%.0f MiB\n", r.ServerStacksMiB, r.ServerHeapFreeMiB)
 	fmt.Fprintf(tw, "server CPU\t%.1f s\n", r.ServerCPUSeconds)
 	fmt.Fprintf(tw, "server heap per instance (sessions, records)\t%.1f KiB\n", r.ServerHeapPerInstanceKi)
 	fmt.Fprintf(tw, "etcd db\t%.1f MiB\n", r.EtcdDBMiB)

@@ -232,15 +232,22 @@ func (g *Gateway) serve(ctx context.Context, conn *websocket.Conn, p auth.Princi
 	defer g.connected.Dec()
 	g.log.Info("agent connected", "instance", hello.ContainerInstanceArn, "agent_version", hello.AgentVersion, "manifest_seq", hello.ManifestSeq)
 
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	wg.Add(2)
-	go func() { defer wg.Done(); errs <- g.loop(sctx, s) }()
-	go func() { defer wg.Done(); errs <- g.receive(sctx, s, lease) }()
-	err = <-errs
-	scancel()
-	wg.Wait()
-	return err
+	// The handler's goroutine receives and one more writes: at 5,000
+	// sessions a third goroutine each was 5,000 more stacks. The first to
+	// end ends the other, and its error is the session's.
+	var (
+		first error
+		once  sync.Once
+	)
+	end := func(err error) {
+		once.Do(func() { first = err })
+		scancel()
+	}
+	looped := make(chan struct{})
+	go func() { defer close(looped); end(g.loop(sctx, s)) }()
+	end(g.receive(sctx, s, lease))
+	<-looped
+	return first
 }
 
 // claim makes s the instance's session on this server, ending an older one.
