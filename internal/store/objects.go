@@ -136,10 +136,10 @@ type DaemonDeployment struct {
 type Rollout struct {
 	// BatchSize is how many instances may be replaced at once.
 	BatchSize int `json:"batchSize,omitempty"`
-	// Replacing is the current batch.
+	// Replacing are the instances being replaced now, at most BatchSize.
 	Replacing []Replacement `json:"replacing,omitempty"`
-	// Filling is how many more instances the current batch still takes:
-	// a big batch begins over several writes.
+	// Filling was how many more instances a batch still took when batches
+	// waited for each other; read from older records, no longer written.
 	Filling int `json:"filling,omitempty"`
 	// OnTarget is how many instances ran the target at the last look.
 	OnTarget int `json:"onTarget,omitempty"`

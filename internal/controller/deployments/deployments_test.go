@@ -48,32 +48,67 @@ func TestStartComputesBatchAndThreshold(t *testing.T) {
 	}
 }
 
-func TestBatchesReplaceOldestFirstAndWait(t *testing.T) {
+func TestWindowReplacesOldestFirst(t *testing.T) {
 	dep := Plan(deployment("PENDING"), World{Current: true, Instances: fleet(4, revO, true), Now: t0}).Dep
 	d := Plan(dep, World{Current: true, Instances: fleet(4, revO, true), Now: t0})
 	if len(d.Start) != 2 || d.Start[0].Instance.ID != "a" || d.Start[1].Instance.ID != "b" || d.Start[0].InPlace || d.Start[0].Target != revN {
 		t.Fatalf("first batch %+v", d.Start)
 	}
-	// The batch in flight: nothing new starts until its instances are gone
-	// and their replacements are past REGISTERING.
+	// The window is full: nothing new starts while both drain and their
+	// replacements are not past REGISTERING.
 	dep = d.Dep
 	dep.Rollout.Replacing = []store.Replacement{{Instance: "a", ManagedInstance: "mi-1"}, {Instance: "b", ManagedInstance: "mi-2"}}
 	inst := fleet(4, revO, true)
 	inst[0].Status, inst[1].Status = "DRAINING", "DRAINING"
 	if d := Plan(dep, World{Current: true, Instances: inst, Now: t0.Add(time.Second)}); len(d.Start) != 0 {
-		t.Fatalf("started %+v while the batch drains", d.Start)
+		t.Fatalf("started %+v while the window is full", d.Start)
 	}
-	inst = append(inst[2:], Instance{ID: "n1", CapacityProvider: cpA, Status: "REGISTERING", Managed: true, Connected: true, Revision: revN})
-	d = Plan(dep, World{Current: true, Instances: inst, Now: t0.Add(2 * time.Second), Replacements: map[string]string{"mi-1": "REGISTERING", "mi-2": "ACTIVE"}})
-	if len(d.Start) != 0 || len(d.Dep.Rollout.Replacing) != 1 || d.Dep.Rollout.Replaced != 1 {
-		t.Fatalf("start %+v replacing %+v", d.Start, d.Dep.Rollout.Replacing)
+	// b is done (gone, its replacement ACTIVE), a is not: one slot frees
+	// and the next oldest begins without waiting for a.
+	inst = append([]Instance{inst[0]}, inst[2:]...)
+	inst = append(inst, Instance{ID: "n1", CapacityProvider: cpA, Status: "REGISTERING", Managed: true, Connected: true, Revision: revN})
+	d = Plan(dep, World{Current: true, Instances: inst, Now: t0.Add(2 * time.Second), Replacements: map[string]string{"mi-1": "LAUNCHING", "mi-2": "ACTIVE"}})
+	if len(d.Start) != 1 || d.Start[0].Instance.ID != "c" || d.Dep.Rollout.Replaced != 1 || len(d.Dep.Rollout.Replacing) != 1 {
+		t.Fatalf("after one finished: start %+v replacing %+v replaced %d", d.Start, d.Dep.Rollout.Replacing, d.Dep.Rollout.Replaced)
 	}
-	inst[2].Status, inst[2].Running = "ACTIVE", true
-	inst = append(inst, Instance{ID: "n2", CapacityProvider: cpA, Status: "ACTIVE", Managed: true, Connected: true, Revision: revN, Running: true})
-	d = Plan(d.Dep, World{Current: true, Instances: inst, Now: t0.Add(3 * time.Second), Replacements: map[string]string{"mi-1": "ACTIVE"}})
-	if len(d.Start) != 2 || d.Start[0].Instance.ID != "c" || d.Dep.Rollout.Replaced != 2 {
-		t.Fatalf("second batch %+v replaced %d", d.Start, d.Dep.Rollout.Replaced)
+}
+
+func TestWindowNeverHoldsMoreThanABatch(t *testing.T) {
+	dep := deployment("IN_PROGRESS")
+	dep.Rollout.BatchSize = 3
+	inst := fleet(10, revO, true)
+	for i := range inst {
+		inst[i].Managed = false // in place: an entry ends when its instance runs the target
 	}
+	running := map[string]bool{}
+	for step := range 40 {
+		d := Plan(dep, World{Current: true, Instances: inst, Now: t0.Add(time.Duration(step) * time.Second)})
+		dep = d.Dep
+		for _, s := range d.Start {
+			dep.Rollout.Replacing = append(dep.Rollout.Replacing, store.Replacement{Instance: s.Instance.ID, InPlace: true})
+		}
+		if n := len(dep.Rollout.Replacing); n > 3 {
+			t.Fatalf("step %d: %d instances in flight, batch is 3", step, n)
+		}
+		if dep.Status == "SUCCESSFUL" {
+			return
+		}
+		// One in-flight instance finishes per step, the newest first: the
+		// oldest is a straggler that finishes last.
+		if k := len(dep.Rollout.Replacing); k > 0 {
+			e := dep.Rollout.Replacing[k-1]
+			if k == 1 || step > 30 {
+				e = dep.Rollout.Replacing[0]
+			}
+			for i := range inst {
+				if inst[i].ID == e.Instance && !running[e.Instance] {
+					inst[i].Revision, running[e.Instance] = revN, true
+					break
+				}
+			}
+		}
+	}
+	t.Fatalf("not finished: %+v", dep.Rollout)
 }
 
 func TestDrainingInstancesTakeRoomInTheBatch(t *testing.T) {
@@ -232,8 +267,8 @@ func TestBigBatchBeginsOverSeveralWrites(t *testing.T) {
 		inst[i].ID, inst[i].Arn = fmt.Sprintf("i%03d", i), fmt.Sprintf("arn:ci/i%03d", i)
 	}
 	d := Plan(dep, World{Current: true, Instances: inst, Now: t0})
-	if len(d.Start) != MaxStartOps/3 || d.Dep.Rollout.Filling != 60-MaxStartOps/3 {
-		t.Fatalf("first write: %d starts, filling %d", len(d.Start), d.Dep.Rollout.Filling)
+	if len(d.Start) != MaxStartOps/3 {
+		t.Fatalf("first write: %d starts", len(d.Start))
 	}
 	// The reconciler records the entries and their instances drain.
 	started := map[string]bool{}
@@ -254,7 +289,7 @@ func TestBigBatchBeginsOverSeveralWrites(t *testing.T) {
 		total += len(d.Start)
 		d = Plan(d.Dep, World{Current: true, Instances: inst, Now: t0, Replacements: map[string]string{}})
 	}
-	if total != 60 || d.Dep.Rollout.Filling != 0 {
-		t.Fatalf("batch of %d, filling %d", total, d.Dep.Rollout.Filling)
+	if total != 60 {
+		t.Fatalf("batch of %d", total)
 	}
 }

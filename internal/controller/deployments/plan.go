@@ -218,9 +218,19 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 
 	g := goalOf(d.Dep)
 	target, onTarget, ready := g.target, g.onTarget, g.ready
-	byID := map[string]Instance{}
-	for _, in := range w.Instances {
-		byID[in.ID] = in
+	// Only the instances being replaced are looked up by ID: a map of the
+	// whole fleet on every pass was most of a rollout's garbage.
+	byID := make(map[string]Instance, len(ro.Replacing))
+	if len(ro.Replacing) > 0 {
+		want := make(map[string]bool, len(ro.Replacing))
+		for _, e := range ro.Replacing {
+			want[e.Instance] = true
+		}
+		for _, in := range w.Instances {
+			if want[in.ID] {
+				byID[in.ID] = in
+			}
+		}
 	}
 
 	// Finish batch entries that are done.
@@ -247,10 +257,12 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 	for _, e := range ro.Replacing {
 		inBatch[e.Instance] = true
 	}
-	drainingN := 0
+	drainingOther := 0
 	for _, in := range w.Instances {
 		if leaving(in.Status) {
-			drainingN++
+			if !inBatch[in.ID] {
+				drainingOther++
+			}
 			continue
 		}
 		if ready(in) {
@@ -360,10 +372,13 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 		}
 	}
 
-	if len(ro.Replacing) == 0 {
-		ro.Filling = 0 // the batch is done: a new one may begin
-	}
-	if (len(ro.Replacing) == 0 || ro.Filling > 0) && len(candidates) > 0 {
+	// A rolling window: at most a batch of instances is being replaced at
+	// once, and one that finishes makes room for the next at once, so one
+	// slow instance holds up a slot, not the rollout. An instance whose
+	// target fails to start keeps its slot, so a bad revision still reaches
+	// at most one batch before the breaker trips.
+	ro.Filling = 0 // batches filled over several writes before the window
+	if free := max(ro.BatchSize, 1) - len(ro.Replacing); free > 0 && len(candidates) > 0 {
 		sort.Slice(candidates, func(i, j int) bool {
 			a, b := candidates[i], candidates[j]
 			if !a.RegisteredAt.Equal(b.RegisteredAt) {
@@ -371,14 +386,10 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 			}
 			return a.Arn < b.Arn
 		})
-		budget, room := ro.Filling, ro.Filling
-		if len(ro.Replacing) == 0 {
-			// Instances already draining (an earlier deployment's batch, a
-			// scale-in) take room in the batch; ones that never served do not.
-			budget = max(ro.BatchSize, 1)
-			room = budget - drainingN
-		}
-		exhausted, ops, maxOps := true, 0, w.MaxOps
+		// Instances someone else drains (an earlier deployment's batch, a
+		// scale-in) take room; ones that never served do not.
+		budget, room := free, free-drainingOther
+		ops, maxOps := 0, w.MaxOps
 		if maxOps <= 0 {
 			maxOps = MaxStartOps
 		}
@@ -389,18 +400,13 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 			}
 			st := Start{Instance: in, InPlace: !in.Managed, Retire: retire, Target: target}
 			if ops+startOps(st) > maxOps {
-				exhausted = false // the rest of the batch goes in the next write
-				break
+				break // the rest go in the next write
 			}
 			ops += startOps(st)
 			if !retire {
 				room--
 			}
 			d.Start = append(d.Start, st)
-		}
-		ro.Filling = 0
-		if !exhausted {
-			ro.Filling = budget - len(d.Start)
 		}
 		d.Changed = d.Changed || len(d.Start) > 0
 	}
