@@ -299,6 +299,9 @@ func (s *Service) AutoRepair(ctx context.Context, capacityProvider string) (bool
 // RevisionHasHealthCheck reports whether a daemon revision's task
 // definition has a container health check.
 func (s *Service) RevisionHasHealthCheck(ctx context.Context, revisionArn string) bool {
+	if v, ok := s.healthChecks.Load(revisionArn); ok {
+		return v.(bool)
+	}
 	c, dn, id, ok := s.arns.daemonChild("daemon-revision", revisionArn)
 	if !ok {
 		return false
@@ -311,7 +314,9 @@ func (s *Service) RevisionHasHealthCheck(ctx context.Context, revisionArn string
 	if err != nil {
 		return false
 	}
-	return slices.ContainsFunc(td.ContainerDefinitions, func(c shapes.DaemonContainerDefinition) bool { return c.HealthCheck != nil })
+	has := slices.ContainsFunc(td.ContainerDefinitions, func(c shapes.DaemonContainerDefinition) bool { return c.HealthCheck != nil })
+	s.healthChecks.Store(revisionArn, has)
+	return has
 }
 
 // TaskArn is the ARN of a task of this account.

@@ -53,6 +53,10 @@ type Service struct {
 	// *sync.Mutex by cluster name): two services placing at once picked
 	// the same instances and one of them redid its whole chunk.
 	placing sync.Map
+	// healthChecks remembers whether a daemon revision's task definition
+	// has a health check, by revision ARN: both are immutable, and the
+	// daemons controller asks on every pass over every instance.
+	healthChecks sync.Map
 
 	alarmSource      bool
 	progressDeadline time.Duration

@@ -172,10 +172,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			d.TaskRev = p.Value.TaskRevisionArn
 			onInstance := slices.ContainsFunc(tasks, func(t control.TaskBrief) bool { return t.ID == p.Value.TaskID })
 			if p.Value.TaskID != "" {
-				if t, err := r.Svc.Task(ctx, ci.Cluster, p.Value.TaskID); err == nil {
-					d.TaskID, d.TaskLast, d.TaskDesired, d.TaskReason = t.ID, t.LastStatus, t.DesiredStatus, stopReason(t)
+				ts, ok, err := r.Svc.TaskState(ctx, ci.Cluster, p.Value.TaskID)
+				if err != nil {
+					return 0, err
+				}
+				if ok {
+					d.TaskID, d.TaskLast, d.TaskDesired = p.Value.TaskID, ts.LastStatus, ts.DesiredStatus
 					if onInstance {
-						d.TaskHealth, d.TaskStartedAt = t.HealthStatus, t.StartedAt.Time
+						d.TaskHealth, d.TaskStartedAt = ts.Health, ts.StartedAt
+					}
+				}
+				if ok && ts.LastStatus == "STOPPED" {
+					// Only a stopped task's reason is read, from its record.
+					if t, err := r.Svc.Task(ctx, ci.Cluster, p.Value.TaskID); err == nil {
+						d.TaskReason = stopReason(t)
 					}
 				}
 			}
