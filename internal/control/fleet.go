@@ -506,6 +506,12 @@ func (c *fleetCluster) daemonOn(fi *fleetInstance, daemon string) (rev string, r
 // them (stopped ones included), from the fleet view: a service's tasks
 // without decoding the cluster's task records on every reconcile.
 func (s *Service) PlanTasks(ctx context.Context, cluster, group string) ([]services.Task, error) {
+	return s.groupTasks(ctx, cluster, group, true)
+}
+
+// groupTasks are a group's tasks, by ID when sorted; unsorted for counts
+// (DescribeServices, polled while thousands of tasks start).
+func (s *Service) groupTasks(ctx context.Context, cluster, group string, sorted bool) ([]services.Task, error) {
 	v, err := s.fleetView(ctx)
 	if err != nil {
 		return nil, err
@@ -516,7 +522,9 @@ func (s *Service) PlanTasks(ctx context.Context, cluster, group string) ([]servi
 	for id := range c.groups[group] {
 		ids = append(ids, id)
 	}
-	slices.Sort(ids) // cheaper than sorting the tasks built from them
+	if sorted {
+		slices.Sort(ids) // cheaper than sorting the tasks built from them
+	}
 	out := make([]services.Task, 0, len(ids))
 	for _, id := range ids {
 		t := c.tasks[id]

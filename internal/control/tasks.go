@@ -330,10 +330,35 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 		tx := newTx()
 		var chunk []shapes.Task
 		touched := map[*candidate]bool{}
+		// A chunk commits while the next is placed: placing is CPU and a
+		// commit mostly waits for etcd. The next chunk's instance updates
+		// are added only after the previous commit, whose revisions they
+		// check.
+		var inflight chan chunkCommit
+		settle := func() error {
+			if inflight == nil {
+				return nil
+			}
+			r := <-inflight
+			inflight = nil
+			if r.err != nil {
+				return r.err
+			}
+			for c := range r.touched {
+				it := instances[c.id]
+				it.Rev = r.rev
+				instances[c.id] = it
+			}
+			committed = append(committed, r.chunk...)
+			return nil
+		}
 		// commit writes the tasks placed so far with their instances' new
-		// remaining resources, and keeps the instances' new revisions for
-		// the next chunk.
+		// remaining resources; the instances' new revisions are kept for
+		// the next chunk once it has committed.
 		commit := func() error {
+			if err := settle(); err != nil {
+				return err
+			}
 			for c := range touched {
 				it := instances[c.id]
 				ci := it.Value
@@ -352,68 +377,71 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 				it.Value = ci
 				instances[c.id] = it
 			}
-			rev, err := tx.Commit(ctx)
-			if err != nil {
-				return err
-			}
-			for c := range touched {
-				it := instances[c.id]
-				it.Rev = rev
-				instances[c.id] = it
-			}
-			committed = append(committed, chunk...)
+			done := make(chan chunkCommit, 1)
+			go func(tx *store.Txn, r chunkCommit) {
+				r.rev, r.err = tx.Commit(ctx)
+				done <- r
+			}(tx, chunkCommit{chunk: chunk, touched: touched})
+			inflight = done
 			chunk, touched, tx = nil, map[*candidate]bool{}, newTx()
 			return nil
 		}
-		rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-		for i := range left {
-			if r.count > startChunk && len(chunk) == s.chunkSize() {
-				if err := commit(); err != nil {
+		err = func() error {
+			rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+			for i := range left {
+				if r.count > startChunk && len(chunk) == s.chunkSize() {
+					if err := commit(); err != nil {
+						return err
+					}
+				}
+				pool := cands
+				if r.instances != nil {
+					pool = []*candidate{cands[i]}
+				}
+				var c *candidate
+				why := "no instance of the capacity provider yet"
+				if len(pool) > 0 {
+					c, why = place(pool, n, r.rules, rnd)
+				}
+				if c == nil && r.capacityProvider != "" {
+					// Waits for capacity: the instances controller provisions it.
+					t, _ := s.newTask(cluster, cl.Value.ClusterArn, store.ContainerInstance{}, td.Value, group, r, n)
+					t.CapacityProviderName = r.capacityProvider
+					t.StoppedReason = ""
+					tx.Create(store.TaskKey(cluster, t.ID), t)
+					chunk = append(chunk, s.taskView(t, true))
+					continue
+				}
+				if c == nil {
+					failures = append(failures, shapes.Failure{Arn: s.arns.containerInstance(cluster, pool[0].id), Reason: why})
+					if r.instances == nil {
+						failures[len(failures)-1].Arn = ""
+					}
+					continue
+				}
+				ci, err := instanceOf(c)
+				if err != nil {
 					return err
 				}
-			}
-			pool := cands
-			if r.instances != nil {
-				pool = []*candidate{cands[i]}
-			}
-			var c *candidate
-			why := "no instance of the capacity provider yet"
-			if len(pool) > 0 {
-				c, why = place(pool, n, r.rules, rnd)
-			}
-			if c == nil && r.capacityProvider != "" {
-				// Waits for capacity: the instances controller provisions it.
-				t, _ := s.newTask(cluster, cl.Value.ClusterArn, store.ContainerInstance{}, td.Value, group, r, n)
-				t.CapacityProviderName = r.capacityProvider
-				t.StoppedReason = ""
-				tx.Create(store.TaskKey(cluster, t.ID), t)
-				chunk = append(chunk, s.taskView(t, true))
-				continue
-			}
-			if c == nil {
-				failures = append(failures, shapes.Failure{Arn: s.arns.containerInstance(cluster, pool[0].id), Reason: why})
-				if r.instances == nil {
-					failures[len(failures)-1].Arn = ""
+				c.cpu -= n.cpu
+				c.mem -= n.mem
+				for _, p := range n.ports {
+					c.take(p)
 				}
-				continue
+				c.groupTasks++
+				touched[c] = true
+				t, desired := s.newTask(cluster, cl.Value.ClusterArn, ci.Value, td.Value, group, r, n)
+				tx.Create(store.TaskKey(cluster, t.ID), t)
+				tx.Create(store.DesiredKey(cluster, c.id, t.ID), desired)
+				chunk = append(chunk, s.taskView(t, true))
 			}
-			ci, err := instanceOf(c)
-			if err != nil {
-				return err
-			}
-			c.cpu -= n.cpu
-			c.mem -= n.mem
-			for _, p := range n.ports {
-				c.take(p)
-			}
-			c.groupTasks++
-			touched[c] = true
-			t, desired := s.newTask(cluster, cl.Value.ClusterArn, ci.Value, td.Value, group, r, n)
-			tx.Create(store.TaskKey(cluster, t.ID), t)
-			tx.Create(store.DesiredKey(cluster, c.id, t.ID), desired)
-			chunk = append(chunk, s.taskView(t, true))
+			return commit()
+		}()
+		// Whatever ended the loop, a chunk in flight counts once it commits.
+		if serr := settle(); err == nil {
+			err = serr
 		}
-		return commit()
+		return err
 	})
 	tasks = append(committed, tasks...)
 	if err != nil && len(committed) == 0 {
@@ -422,6 +450,14 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 	// Chunks that committed are started tasks even if a later one failed;
 	// the caller tries the rest again.
 	return tasks, failures, nil
+}
+
+// chunkCommit is one chunk's transaction in flight and what it wrote.
+type chunkCommit struct {
+	chunk   []shapes.Task
+	touched map[*candidate]bool
+	rev     int64
+	err     error
 }
 
 // startChunk is how many tasks one transaction writes when a request

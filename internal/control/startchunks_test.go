@@ -1,0 +1,69 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// A start bigger than a transaction commits chunk after chunk, the next
+// placed while the previous commits: every task is written once, and an
+// instance placed on in several chunks ends with all of them taken off its
+// resources (each chunk checks the revision the previous one wrote).
+func TestStartCommitsChunksInSequence(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
+	if _, err := s.CreateCluster(ctx, &shapes.CreateClusterRequest{ClusterName: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	mem := int32(64)
+	td, err := s.RegisterTaskDefinition(ctx, &shapes.RegisterTaskDefinitionRequest{Family: "web",
+		ContainerDefinitions: []shapes.ContainerDefinition{{Name: "web", Image: "busybox", Memory: &mem}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const instances, count = 60, 1000 // three chunks of 338 on the embedded etcd, then the rest
+	tx := st.Txn()
+	for i := range instances {
+		id := fmt.Sprintf("i%02d", i)
+		ci := instanceRecord(id, "ACTIVE", 100000, 100000)
+		ci.ContainerInstanceArn = s.arns.containerInstance("c", id)
+		ci.Version = ptr(int64(1))
+		tx.Create(store.ContainerInstanceKey("c", id), ci).Create(store.SessionKey("c", id), store.Session{})
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rules, err := parsePlacement([]shapes.PlacementStrategy{{Type: "spread", Field: "instanceId"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, failures, err := s.startTasks(ctx, taskRequest{cluster: "c", taskDefinition: td.TaskDefinition.TaskDefinitionArn,
+		group: "service:web", startedBy: "d1", count: count, rules: rules})
+	if err != nil || len(failures) != 0 || len(tasks) != count {
+		t.Fatalf("started %d, failures %v, err %v", len(tasks), failures, err)
+	}
+	stored, _, err := store.List[store.Task](ctx, st, store.TaskPrefix("c"), "", 0)
+	if err != nil || len(stored) != count {
+		t.Fatalf("%d task records, %v", len(stored), err)
+	}
+	per := map[string]int{}
+	for _, it := range stored {
+		per[it.Value.InstanceID]++
+	}
+	for i := range instances {
+		id := fmt.Sprintf("i%02d", i)
+		it, err := store.Get[store.ContainerInstance](ctx, st, store.ContainerInstanceKey("c", id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rem := readResources(it.Value.RemainingResources)
+		if want := 100000 - 64*per[id]; rem.memory != want || per[id] < count/instances {
+			t.Errorf("%s: %d tasks, %d MiB left, want %d", id, per[id], rem.memory, want)
+		}
+	}
+}
