@@ -181,7 +181,9 @@ func (s *Service) StartDaemonTask(ctx context.Context, ci store.ContainerInstanc
 		tx.Update(inst.Key, inst.Rev, ci2)
 		tx.Create(store.TaskKey(ci.Cluster, t.ID), t)
 		tx.Create(store.DesiredKey(ci.Cluster, ci.ID, t.ID), desired)
-		if _, err := tx.Commit(ctx); err != nil {
+		// Grouped: a rollout's workers start daemons on thousands of
+		// instances at once, each its own keys.
+		if _, err := tx.CommitGrouped(ctx); err != nil {
 			return err
 		}
 		out = t

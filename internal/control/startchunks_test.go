@@ -67,3 +67,60 @@ func TestStartCommitsChunksInSequence(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkStartTasks places 1,000 tasks on 500 instances, with the next
+// chunk placed while the previous commits and without, side by side.
+func BenchmarkStartTasks(b *testing.B) {
+	for _, overlap := range []bool{false, true} {
+		b.Run(fmt.Sprintf("overlap=%v", overlap), func(b *testing.B) {
+			defer func(v bool) { overlapChunks = v }(overlapChunks)
+			overlapChunks = overlap
+			ctx := context.Background()
+			st, err := store.Open(ctx, store.Config{DataDir: b.TempDir()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
+			if _, err := s.CreateCluster(ctx, &shapes.CreateClusterRequest{ClusterName: "c"}); err != nil {
+				b.Fatal(err)
+			}
+			mem := int32(8)
+			td, err := s.RegisterTaskDefinition(ctx, &shapes.RegisterTaskDefinitionRequest{Family: "web",
+				ContainerDefinitions: []shapes.ContainerDefinition{{Name: "web", Image: "busybox", Memory: &mem}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tx := st.Txn()
+			for i := range 500 {
+				id := fmt.Sprintf("i%03d", i)
+				ci := instanceRecord(id, "ACTIVE", 1<<30, 1<<30)
+				ci.ContainerInstanceArn = s.arns.containerInstance("c", id)
+				ci.Version = ptr(int64(1))
+				tx.Create(store.ContainerInstanceKey("c", id), ci).Create(store.SessionKey("c", id), store.Session{})
+				if (i+1)%300 == 0 {
+					if _, err := tx.Commit(ctx); err != nil {
+						b.Fatal(err)
+					}
+					tx = st.Txn()
+				}
+			}
+			if _, err := tx.Commit(ctx); err != nil {
+				b.Fatal(err)
+			}
+			rules, err := parsePlacement([]shapes.PlacementStrategy{{Type: "spread", Field: "instanceId"}}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				tasks, _, err := s.startTasks(ctx, taskRequest{cluster: "c", taskDefinition: td.TaskDefinition.TaskDefinitionArn,
+					group: "service:web", startedBy: "d1", count: 1000, rules: rules})
+				if err != nil || len(tasks) != 1000 {
+					b.Fatalf("%d tasks, %v", len(tasks), err)
+				}
+			}
+			b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "tasks/s")
+		})
+	}
+}
