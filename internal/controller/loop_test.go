@@ -103,3 +103,24 @@ func TestPacerRest(t *testing.T) {
 		t.Fatalf("rest ended: wait %v, want (0, %v]", w, every)
 	}
 }
+
+// Resyncs of a big key space are spaced so that they take a bounded share
+// of the cores; small ones keep the configured period.
+func TestResyncIntervalGrowsWithKeys(t *testing.T) {
+	for _, c := range []struct {
+		base time.Duration
+		n    int
+		want time.Duration
+	}{
+		{30 * time.Second, 0, 30 * time.Second},
+		{30 * time.Second, 200, 30 * time.Second},
+		{30 * time.Second, 1000, 30 * time.Second},
+		{30 * time.Second, 5000, 150 * time.Second},
+		{0, 0, time.Second},
+		{15 * time.Second, 5000, 150 * time.Second},
+	} {
+		if got := resyncInterval(c.base, c.n); got != c.want {
+			t.Errorf("resyncInterval(%s, %d) = %s, want %s", c.base, c.n, got, c.want)
+		}
+	}
+}
