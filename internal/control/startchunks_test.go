@@ -26,7 +26,7 @@ func TestStartCommitsChunksInSequence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const instances, count = 60, 1000 // three chunks of 338 on the embedded etcd, then the rest
+	const instances, count = 60, 1000 // chunks of 338, 338 and 324 on the embedded etcd
 	tx := st.Txn()
 	for i := range instances {
 		id := fmt.Sprintf("i%02d", i)

@@ -155,10 +155,10 @@ func (l *Loop) enqueueAll(ctx context.Context, q *queue) int {
 	return len(items)
 }
 
-// resyncPerKey spaces resyncs by key count: a reconcile of an instance costs
-// about a millisecond, so a resync of n keys every n×30 ms takes about 3%
-// of a core. At 5,000 instances a resync every 30 s took a sixth of one and
-// slowed every rollout in its middle; changes, not resyncs, drive the work.
+// resyncPerKey spaces resyncs by key count: a reconcile with nothing to do
+// costs a fraction of a millisecond (more while the key changes), so a
+// resync of n keys every n×30 ms stays a few percent of a core at any size;
+// changes, not resyncs, drive the work.
 const resyncPerKey = 30 * time.Millisecond
 
 // resyncInterval is the time until the next resync of n keys.
