@@ -9,6 +9,43 @@ import (
 	"github.com/capstanhq/capstan/internal/store"
 )
 
+// startFixture is cluster "c" with a task definition of memory MiB and n
+// ACTIVE, connected instances of 100,000 CPU units and MiB each, and a
+// request to start count of its tasks spread by instance.
+func startFixture(tb testing.TB, st *store.Store, n int, memory int32, count int) (*Service, taskRequest) {
+	tb.Helper()
+	ctx := context.Background()
+	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
+	if _, err := s.CreateCluster(ctx, &shapes.CreateClusterRequest{ClusterName: "c"}); err != nil {
+		tb.Fatal(err)
+	}
+	td, err := s.RegisterTaskDefinition(ctx, &shapes.RegisterTaskDefinitionRequest{Family: "web",
+		ContainerDefinitions: []shapes.ContainerDefinition{{Name: "web", Image: "busybox", Memory: &memory}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tx := st.Txn()
+	for i := range n {
+		id := fmt.Sprintf("i%03d", i)
+		ci := instanceRecord(id, "ACTIVE", 100000, 100000)
+		ci.ContainerInstanceArn = s.arns.containerInstance("c", id)
+		ci.Version = ptr(int64(1))
+		tx.Create(store.ContainerInstanceKey("c", id), ci).Create(store.SessionKey("c", id), store.Session{})
+		if (i+1)%300 == 0 || i == n-1 { // two operations each, within the transaction limit
+			if _, err := tx.Commit(ctx); err != nil {
+				tb.Fatal(err)
+			}
+			tx = st.Txn()
+		}
+	}
+	rules, err := parsePlacement([]shapes.PlacementStrategy{{Type: "spread", Field: "instanceId"}}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s, taskRequest{cluster: "c", taskDefinition: td.TaskDefinition.TaskDefinitionArn,
+		group: "service:web", startedBy: "d1", count: count, rules: rules}
+}
+
 // A start bigger than a transaction commits chunk after chunk, the next
 // placed while the previous commits: every task is written once, and an
 // instance placed on in several chunks ends with all of them taken off its
@@ -16,34 +53,9 @@ import (
 func TestStartCommitsChunksInSequence(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
-	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
-	if _, err := s.CreateCluster(ctx, &shapes.CreateClusterRequest{ClusterName: "c"}); err != nil {
-		t.Fatal(err)
-	}
-	mem := int32(64)
-	td, err := s.RegisterTaskDefinition(ctx, &shapes.RegisterTaskDefinitionRequest{Family: "web",
-		ContainerDefinitions: []shapes.ContainerDefinition{{Name: "web", Image: "busybox", Memory: &mem}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const instances, count = 60, 1000 // chunks of 338, 338 and 324 on the embedded etcd
-	tx := st.Txn()
-	for i := range instances {
-		id := fmt.Sprintf("i%02d", i)
-		ci := instanceRecord(id, "ACTIVE", 100000, 100000)
-		ci.ContainerInstanceArn = s.arns.containerInstance("c", id)
-		ci.Version = ptr(int64(1))
-		tx.Create(store.ContainerInstanceKey("c", id), ci).Create(store.SessionKey("c", id), store.Session{})
-	}
-	if _, err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rules, err := parsePlacement([]shapes.PlacementStrategy{{Type: "spread", Field: "instanceId"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tasks, failures, err := s.startTasks(ctx, taskRequest{cluster: "c", taskDefinition: td.TaskDefinition.TaskDefinitionArn,
-		group: "service:web", startedBy: "d1", count: count, rules: rules})
+	s, req := startFixture(t, st, instances, 64, count)
+	tasks, failures, err := s.startTasks(ctx, req)
 	if err != nil || len(failures) != 0 || len(tasks) != count {
 		t.Fatalf("started %d, failures %v, err %v", len(tasks), failures, err)
 	}
@@ -56,7 +68,7 @@ func TestStartCommitsChunksInSequence(t *testing.T) {
 		per[it.Value.InstanceID]++
 	}
 	for i := range instances {
-		id := fmt.Sprintf("i%02d", i)
+		id := fmt.Sprintf("i%03d", i)
 		it, err := store.Get[store.ContainerInstance](ctx, st, store.ContainerInstanceKey("c", id))
 		if err != nil {
 			t.Fatal(err)
@@ -75,47 +87,15 @@ func BenchmarkStartTasks(b *testing.B) {
 		b.Run(fmt.Sprintf("overlap=%v", overlap), func(b *testing.B) {
 			defer func(v bool) { overlapChunks = v }(overlapChunks)
 			overlapChunks = overlap
-			ctx := context.Background()
-			st, err := store.Open(ctx, store.Config{DataDir: b.TempDir()})
+			st, err := store.Open(context.Background(), store.Config{DataDir: b.TempDir()})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer st.Close()
-			s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
-			if _, err := s.CreateCluster(ctx, &shapes.CreateClusterRequest{ClusterName: "c"}); err != nil {
-				b.Fatal(err)
-			}
-			mem := int32(8)
-			td, err := s.RegisterTaskDefinition(ctx, &shapes.RegisterTaskDefinitionRequest{Family: "web",
-				ContainerDefinitions: []shapes.ContainerDefinition{{Name: "web", Image: "busybox", Memory: &mem}}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			tx := st.Txn()
-			for i := range 500 {
-				id := fmt.Sprintf("i%03d", i)
-				ci := instanceRecord(id, "ACTIVE", 1<<30, 1<<30)
-				ci.ContainerInstanceArn = s.arns.containerInstance("c", id)
-				ci.Version = ptr(int64(1))
-				tx.Create(store.ContainerInstanceKey("c", id), ci).Create(store.SessionKey("c", id), store.Session{})
-				if (i+1)%300 == 0 {
-					if _, err := tx.Commit(ctx); err != nil {
-						b.Fatal(err)
-					}
-					tx = st.Txn()
-				}
-			}
-			if _, err := tx.Commit(ctx); err != nil {
-				b.Fatal(err)
-			}
-			rules, err := parsePlacement([]shapes.PlacementStrategy{{Type: "spread", Field: "instanceId"}}, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
+			s, req := startFixture(b, st, 500, 8, 1000)
 			b.ResetTimer()
 			for range b.N {
-				tasks, _, err := s.startTasks(ctx, taskRequest{cluster: "c", taskDefinition: td.TaskDefinition.TaskDefinitionArn,
-					group: "service:web", startedBy: "d1", count: 1000, rules: rules})
+				tasks, _, err := s.startTasks(context.Background(), req)
 				if err != nil || len(tasks) != 1000 {
 					b.Fatalf("%d tasks, %v", len(tasks), err)
 				}
