@@ -1,7 +1,9 @@
 package control
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -71,4 +73,135 @@ func TestParsePlacementRefusals(t *testing.T) {
 			t.Errorf("%+v %+v: got %v, want an error naming %s", tc.s, tc.c, err, tc.f)
 		}
 	}
+}
+
+// The spread picker picks what place picks: at every step a fitting
+// candidate with the fewest of the group's tasks, ties at random, and nil
+// once nothing fits; and it applies only to a spread over instances alone.
+func TestSpreadPickerPicksAsPlace(t *testing.T) {
+	spread, err := parsePlacement([]shapes.PlacementStrategy{{Type: "spread", Field: "instanceId"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range [][]shapes.PlacementStrategy{nil, {{Type: "spread", Field: "instanceId"}, {Type: "binpack", Field: "memory"}}, {{Type: "spread", Field: "attribute:zone"}}} {
+		rules, err := parsePlacement(other, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if newSpreadPicker(nil, need{}, rules, nil) != nil {
+			t.Errorf("picker for %+v", other)
+		}
+	}
+	distinct, _ := parsePlacement([]shapes.PlacementStrategy{{Type: "spread", Field: "instanceId"}}, []shapes.PlacementConstraint{{Type: "distinctInstance"}})
+	if newSpreadPicker(nil, need{}, distinct, nil) != nil {
+		t.Error("picker despite a constraint")
+	}
+
+	rnd := rand.New(rand.NewPCG(3, 4))
+	firsts := map[string]int{}
+	for trial := range 400 {
+		// Uneven starting loads and room; a port only some have free.
+		var cs []*candidate
+		for i := range 12 {
+			c := &candidate{id: string(rune('a' + i)), cpu: 1000, mem: 100 * (i%4 + 1), groupTasks: i % 3}
+			if i%5 == 0 {
+				c.ports = []string{"tcp/80"}
+			}
+			cs = append(cs, c)
+		}
+		n := need{cpu: 10, mem: 50}
+		if trial%2 == 1 {
+			n.ports = []string{"tcp/8080"}
+		}
+		p := newSpreadPicker(cs, n, spread, rnd)
+		if p == nil {
+			t.Fatal("no picker for a spread over instances")
+		}
+		for step := 0; ; step++ {
+			c := p.next()
+			// What place would accept: the least loaded among the fitting.
+			low, fitting := -1, 0
+			for _, x := range cs {
+				if x.cpu >= n.cpu && x.mem >= n.mem && !slices.ContainsFunc(n.ports, x.taken) {
+					fitting++
+					if low < 0 || x.groupTasks < low {
+						low = x.groupTasks
+					}
+				}
+			}
+			if c == nil {
+				if fitting != 0 {
+					t.Fatalf("trial %d step %d: nothing picked, %d fit", trial, step, fitting)
+				}
+				if pc, _ := place(cs, n, spread, rnd); pc != nil {
+					t.Fatalf("trial %d: place found %s after the picker gave up", trial, pc.id)
+				}
+				break
+			}
+			if c.groupTasks != low || c.cpu < n.cpu || c.mem < n.mem || slices.ContainsFunc(n.ports, c.taken) {
+				t.Fatalf("trial %d step %d: picked %s at load %d, least is %d", trial, step, c.id, c.groupTasks, low)
+			}
+			if step == 0 {
+				firsts[c.id]++
+			}
+			c.cpu -= n.cpu
+			c.mem -= n.mem
+			for _, port := range n.ports {
+				c.take(port)
+			}
+			c.groupTasks++
+		}
+	}
+	// The least loaded at the start are a, d, g, j (load 0); each should
+	// come first about a quarter of the time.
+	for _, id := range []string{"a", "d", "g", "j"} {
+		if f := firsts[id]; f < 60 || f > 140 {
+			t.Errorf("%s first in %d of 400 runs, want about 100: %v", id, f, firsts)
+		}
+	}
+}
+
+// BenchmarkSpreadPlacement places 10,000 tasks on 5,000 candidates by
+// spread over instances: a scan per task (place) and the picker, side by
+// side.
+func BenchmarkSpreadPlacement(b *testing.B) {
+	rules, err := parsePlacement([]shapes.PlacementStrategy{{Type: "spread", Field: "instanceId"}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := need{cpu: 64, mem: 128}
+	fleet := func() []*candidate {
+		cs := make([]*candidate, 5000)
+		for i := range cs {
+			cs[i] = &candidate{id: fmt.Sprint(i), cpu: 4096, mem: 8192}
+		}
+		return cs
+	}
+	charge := func(c *candidate) {
+		c.cpu -= n.cpu
+		c.mem -= n.mem
+		c.groupTasks++
+	}
+	b.Run("scan", func(b *testing.B) {
+		rnd := rand.New(rand.NewPCG(1, 2))
+		for range b.N {
+			cs := fleet()
+			for range 10000 {
+				c, _ := place(cs, n, rules, rnd)
+				charge(c)
+			}
+		}
+		b.ReportMetric(float64(b.N*10000)/b.Elapsed().Seconds(), "tasks/s")
+	})
+	b.Run("picker", func(b *testing.B) {
+		rnd := rand.New(rand.NewPCG(1, 2))
+		for range b.N {
+			cs := fleet()
+			p := newSpreadPicker(cs, n, rules, rnd)
+			for range 10000 {
+				charge(p.next())
+			}
+		}
+		b.ReportMetric(float64(b.N*10000)/b.Elapsed().Seconds(), "tasks/s")
+	})
 }

@@ -391,6 +391,10 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 		}
 		err = func() error {
 			rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+			var picker *spreadPicker
+			if r.instances == nil {
+				picker = newSpreadPicker(cands, n, r.rules, rnd)
+			}
 			for i := range left {
 				if r.count > startChunk && len(chunk) == s.chunkSize() {
 					if err := commit(); err != nil {
@@ -403,7 +407,12 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 				}
 				var c *candidate
 				why := "no instance of the capacity provider yet"
-				if len(pool) > 0 {
+				switch {
+				case len(pool) > 0 && picker != nil:
+					if c = picker.next(); c == nil && r.capacityProvider == "" {
+						_, why = place(pool, n, r.rules, rnd) // only to say why
+					}
+				case len(pool) > 0:
 					c, why = place(pool, n, r.rules, rnd)
 				}
 				if c == nil && r.capacityProvider != "" {
