@@ -144,6 +144,12 @@ func (s *Service) Need(ctx context.Context, t store.Task) (cpu, mem int, err err
 	return n.cpu, n.mem, err
 }
 
+// RemainingRoom is the CPU units and MiB an instance has left.
+func RemainingRoom(ci store.ContainerInstance) (cpu, mem int) {
+	r := readResources(ci.RemainingResources)
+	return r.cpu, r.memory
+}
+
 // DaemonsNeed is what the daemons targeting a capacity provider reserve on
 // each of its instances, so instance sizes include it.
 func (s *Service) DaemonsNeed(ctx context.Context, cluster, cp string) (cpu, mem int, err error) {

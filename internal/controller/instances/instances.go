@@ -113,6 +113,13 @@ func (r *Reconciler) heard(id string) {
 	delete(r.silent, id)
 }
 
+// failing reports whether cp's last launches failed quickly.
+func (r *Reconciler) failing(cp string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failures[cp].n > 0
+}
+
 // launchWait is how long launches for cp must still wait.
 func (r *Reconciler) launchWait(cp string, now time.Time) time.Duration {
 	r.mu.Lock()
@@ -181,7 +188,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		}
 	}
 	now := r.Now()
-	starting := 0 // launched, not ACTIVE yet
+	// Room on instances launched and not taking tasks yet: waiting tasks
+	// that fit there wait for them instead of launching more.
+	var room []bin
+	// Not knowing the daemons' need holds back launches only, not the
+	// instances' upkeep below.
+	dc, dm, needErr := r.Svc.DaemonsNeed(ctx, cp.Cluster, name)
+	starting := func(m control.ManagedInstance, ci store.ContainerInstance, registered bool) {
+		b := bin{cpu: m.CPU - dc, mem: m.MemoryMiB - dm}
+		if registered {
+			// Tasks may be placed already; a daemon not yet placed is not
+			// in the remaining resources.
+			c, mm := control.RemainingRoom(ci)
+			b = bin{cpu: min(b.cpu, c), mem: min(b.mem, mm)}
+		}
+		room = append(room, b)
+	}
 	for _, m := range managed {
 		ci, registered, err := r.Svc.InstanceOf(ctx, m.Value)
 		if err != nil {
@@ -197,7 +219,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		switch {
 		case m.Value.Requested && m.Value.Handle == "" && !m.Value.Terminating && cp.Status != "INACTIVE":
 			// A daemon rollout asked for this replacement.
-			starting++
+			starting(m.Value, ci, false)
 			if wait := r.launchWait(name, now); wait > 0 {
 				later(wait)
 				continue
@@ -229,14 +251,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 				}
 				continue
 			}
-			starting++
+			starting(m.Value, ci, false)
 			later(time.Second)
 		case ci.Status == "REGISTERING":
-			starting++
+			starting(m.Value, ci, true)
 			later(time.Second)
 		case ci.Status == "ACTIVE" && !r.Svc.Connected(ctx, ci.Cluster, ci.ID) && now.Sub(ci.RegisteredAt.Time) < LostAfter:
 			// Just registered, its session is not up yet: it takes tasks soon.
-			starting++
+			starting(m.Value, ci, true)
 			later(time.Second)
 		case !r.Svc.Connected(ctx, ci.Cluster, ci.ID) && r.silentFor(m.Value.ID, now) >= LostAfter:
 			r.Log.Warn("managed instance lost: its agent has no session", "instance", m.Value.ID, "container_instance", ci.ContainerInstanceArn, "silent_for", r.silentFor(m.Value.ID, now).Round(time.Second))
@@ -255,7 +277,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 	if cp.Status == "INACTIVE" {
 		return 0, nil
 	}
-	// Place waiting tasks; launch an instance for what does not fit.
+	// Place waiting tasks; launch instances for what does not fit, each
+	// task counted against the room of those starting and launched so far,
+	// so that many waiting tasks get their instances at once and tasks
+	// that share an instance do not get one each.
+	launched := 0
+	// After launches that failed, one instance at a time until one works.
+	probing := r.failing(name)
 	for _, t := range waiting {
 		placed, err := r.Svc.PlaceWaiting(ctx, t)
 		if err != nil {
@@ -264,58 +292,84 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		if placed {
 			continue
 		}
-		if starting > 0 {
+		tc, tm, err := r.Svc.Need(ctx, t)
+		if err == nil {
+			err = needErr
+		}
+		if err != nil {
+			r.Log.Error("size of waiting task", "capacity_provider", name, "task", t.ID, "err", err)
+			later(5 * time.Second)
+			continue
+		}
+		if fit(room, tc, tm) {
 			later(time.Second) // a launched instance may take it
+			continue
+		}
+		if launched >= MaxLaunches || (probing && len(room) > 0) {
+			later(100 * time.Millisecond)
 			continue
 		}
 		if wait := r.launchWait(name, now); wait > 0 {
 			later(wait)
 			continue
 		}
-		if err := r.launch(ctx, cp.Cluster, name, t); err != nil {
+		cpu, mem, err := r.size(ctx, name, tc+dc, tm+dm)
+		if err == nil {
+			err = r.launch(ctx, cp.Cluster, name, cpu, mem)
+		}
+		if err != nil {
 			r.Log.Error("launch managed instance", "capacity_provider", name, "err", err)
 			later(5 * time.Second)
 			continue
 		}
-		starting++
+		launched++
+		room = append(room, bin{cpu: cpu - dc - tc, mem: mem - dm - tm})
 		later(time.Second)
 	}
 	return requeue, nil
 }
 
-// size is the instance size for task t: the launch template's, grown to
-// hold t together with the capacity provider's daemons.
-func (r *Reconciler) size(ctx context.Context, cluster, cpName string, t store.Task) (cpu, mem int, err error) {
+// MaxLaunches bounds the instances one pass launches: thousands of
+// waiting tasks get theirs over a few passes, each pass's writes bounded.
+const MaxLaunches = 500
+
+// bin is the room left on an instance for waiting tasks.
+type bin struct{ cpu, mem int }
+
+// fit takes room for a task from the first bin that has it.
+func fit(room []bin, cpu, mem int) bool {
+	for i := range room {
+		if room[i].cpu >= cpu && room[i].mem >= mem {
+			room[i].cpu -= cpu
+			room[i].mem -= mem
+			return true
+		}
+	}
+	return false
+}
+
+// size is the instance size for a task that needs cpu and mem together
+// with the capacity provider's daemons: the launch template's, grown to
+// hold them.
+func (r *Reconciler) size(ctx context.Context, cpName string, cpu, mem int) (int, int, error) {
 	cp, err := r.Svc.CapacityProvider(ctx, cpName)
 	if err != nil {
 		return 0, 0, err
 	}
-	cpu, mem = DefaultCPU, DefaultMemoryMiB
+	tcpu, tmem := DefaultCPU, DefaultMemoryMiB
 	if mip := cp.ManagedInstancesProvider; mip != nil && mip.InstanceLaunchTemplate != nil && mip.InstanceLaunchTemplate.InstanceRequirements != nil {
 		req := mip.InstanceLaunchTemplate.InstanceRequirements
 		if req.VCpuCount != nil && req.VCpuCount.Min != nil {
-			cpu = int(*req.VCpuCount.Min) * 1024
+			tcpu = int(*req.VCpuCount.Min) * 1024
 		}
 		if req.MemoryMiB != nil && req.MemoryMiB.Min != nil {
-			mem = int(*req.MemoryMiB.Min)
+			tmem = int(*req.MemoryMiB.Min)
 		}
 	}
-	tc, tm, err := r.Svc.Need(ctx, t)
-	if err != nil {
-		return 0, 0, err
-	}
-	dc, dm, err := r.Svc.DaemonsNeed(ctx, cluster, cpName)
-	if err != nil {
-		return 0, 0, err
-	}
-	return max(cpu, tc+dc), max(mem, tm+dm), nil
+	return max(tcpu, cpu), max(tmem, mem), nil
 }
 
-func (r *Reconciler) launch(ctx context.Context, cluster, cp string, t store.Task) error {
-	cpu, mem, err := r.size(ctx, cluster, cp, t)
-	if err != nil {
-		return err
-	}
+func (r *Reconciler) launch(ctx context.Context, cluster, cp string, cpu, mem int) error {
 	var b [6]byte
 	rand.Read(b[:])
 	m, _, err := r.Svc.NewManagedInstance(ctx, control.ManagedInstance{ID: "mi-" + hex.EncodeToString(b[:]), Cluster: cluster,

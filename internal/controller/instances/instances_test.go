@@ -1,0 +1,141 @@
+package instances_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+
+	simprov "github.com/capstanhq/capstan/internal/provision/sim"
+	"github.com/capstanhq/capstan/internal/server"
+	"github.com/capstanhq/capstan/internal/testenv"
+)
+
+// simFleet is a server whose managed instances are hollow (sim
+// provisioner), with a capacity provider of 1 vCPU, 1024 MiB instances and
+// a critical daemon of 64 MiB on them.
+func simFleet(t *testing.T) (*ecs.Client, *simprov.Provisioner) {
+	t.Helper()
+	ctx := context.Background()
+	srv := testenv.StartServerWith(t, func(c *server.Config) {
+		c.Provisioner = "sim"
+		// Long enough that every launch of a pass is made before the
+		// first instance registers.
+		c.SimProvisionDelay = time.Second
+		c.NewSimProvisioner = simprov.Factory
+	})
+	prov, ok := srv.Provisioner.(*simprov.Provisioner)
+	if !ok {
+		t.Fatalf("provisioner is %T", srv.Provisioner)
+	}
+	c := ecs.New(ecs.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+		Credentials: credentials.NewStaticCredentialsProvider(srv.Config.AdminKeyID, srv.Config.AdminSecret, "")})
+	if _, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("sim")}); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := c.CreateCapacityProvider(ctx, &ecs.CreateCapacityProviderInput{Name: aws.String("hollow"), Cluster: aws.String("sim"),
+		ManagedInstancesProvider: &types.CreateManagedInstancesProviderConfiguration{
+			InfrastructureRoleArn: aws.String("arn:aws:iam::123456789012:role/capstan"),
+			InstanceLaunchTemplate: &types.InstanceLaunchTemplate{Ec2InstanceProfileArn: aws.String("arn:aws:iam::123456789012:instance-profile/capstan"),
+				NetworkConfiguration: &types.ManagedInstancesNetworkConfiguration{Subnets: []string{"sim"}},
+				InstanceRequirements: &types.InstanceRequirementsRequest{VCpuCount: &types.VCpuCountRangeRequest{Min: aws.Int32(1)},
+					MemoryMiB: &types.MemoryMiBRequest{Min: aws.Int32(1024)}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	td, err := c.RegisterDaemonTaskDefinition(ctx, &ecs.RegisterDaemonTaskDefinitionInput{Family: aws.String("agent"),
+		ContainerDefinitions: []types.DaemonContainerDefinition{{Name: aws.String("agent"), Image: aws.String("example/agent:1"), Memory: aws.Int32(64)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateDaemon(ctx, &ecs.CreateDaemonInput{DaemonName: aws.String("agent"), ClusterArn: aws.String("sim"),
+		DaemonTaskDefinitionArn: td.DaemonTaskDefinitionArn, CapacityProviderArns: []string{aws.ToString(cp.CapacityProvider.CapacityProviderArn)},
+		Critical: aws.Bool(true)}); err != nil {
+		t.Fatal(err)
+	}
+	return c, prov
+}
+
+// runAndWait runs count tasks of cpu units and mem MiB on the capacity
+// provider and waits for all to be RUNNING; it returns the instances they
+// run on, and how many instances the provisioner held when the first task
+// was RUNNING.
+func runAndWait(t *testing.T, c *ecs.Client, prov *simprov.Provisioner, family string, count, cpu, mem int32) (instances map[string]int, atFirst int) {
+	t.Helper()
+	ctx := context.Background()
+	app, err := c.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String(family),
+		ContainerDefinitions: []types.ContainerDefinition{{Name: aws.String("app"), Image: aws.String("example/app:1"), Cpu: cpu, Memory: aws.Int32(mem)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("sim"), TaskDefinition: app.TaskDefinition.TaskDefinitionArn, Count: aws.Int32(count),
+		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("hollow")}}})
+	if err != nil || len(run.Tasks) != int(count) {
+		t.Fatalf("run task: %v %v", run, err)
+	}
+	var arns []string
+	for _, tk := range run.Tasks {
+		arns = append(arns, aws.ToString(tk.TaskArn))
+	}
+	atFirst = -1
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, err := c.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String("sim"), Tasks: arns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		instances = map[string]int{}
+		running := 0
+		for _, tk := range out.Tasks {
+			if aws.ToString(tk.LastStatus) == "RUNNING" {
+				running++
+				instances[aws.ToString(tk.ContainerInstanceArn)]++
+			}
+		}
+		if running > 0 && atFirst < 0 {
+			atFirst = len(prov.Handles())
+		}
+		if running == int(count) {
+			return instances, atFirst
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d tasks RUNNING after 2 minutes", running, count)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Tasks that each need an instance of their own get their instances in
+// one go, not one after another, and no more than they need.
+func TestWaitingTasksLaunchTogether(t *testing.T) {
+	c, prov := simFleet(t)
+	instances, atFirst := runAndWait(t, c, prov, "big", 6, 768, 512)
+	if len(instances) != 6 {
+		t.Fatalf("6 tasks that each fill an instance run on %d instances: %v", len(instances), instances)
+	}
+	if atFirst != 6 {
+		t.Fatalf("when the first task ran, %d instances had been launched, want all 6", atFirst)
+	}
+	// Nothing more is launched once they run.
+	time.Sleep(2 * time.Second)
+	if n := len(prov.Handles()); n != 6 {
+		t.Fatalf("provisioner holds %d instances for 6 tasks, want 6", n)
+	}
+}
+
+// Waiting tasks that fit together on one instance get one instance.
+func TestWaitingTasksShareALaunch(t *testing.T) {
+	c, prov := simFleet(t)
+	instances, _ := runAndWait(t, c, prov, "small", 4, 128, 128)
+	if len(instances) != 1 {
+		t.Fatalf("4 tasks that fit one instance run on %d instances: %v", len(instances), instances)
+	}
+	time.Sleep(2 * time.Second)
+	if n := len(prov.Handles()); n != 1 {
+		t.Fatalf("provisioner holds %d instances for tasks that fit one, want 1", n)
+	}
+}
