@@ -28,6 +28,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
+	"github.com/capstanhq/capstan/internal/provision"
 	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/server"
 )
@@ -54,6 +55,10 @@ type harness struct {
 	c     *ecs.Client
 	host  host
 	cpArn string
+	// prov is the server's provisioner in a -provisioned run.
+	prov *hostProvisioner
+	// appCPU and appMem size a service task.
+	appCPU, appMem int32
 
 	mu      sync.Mutex
 	handles []string          // launched hollow instances, in order
@@ -64,7 +69,7 @@ type harness struct {
 // start starts the server (embedded etcd unless -etcd-endpoints) and the
 // hollow host.
 func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
-	h := &harness{o: o, log: logw, byArn: map[string]string{}}
+	h := &harness{o: o, log: logw, byArn: map[string]string{}, appCPU: 64, appMem: 128}
 	slogger := slog.New(slog.DiscardHandler)
 	if o.serverLog != "" {
 		f, err := os.Create(o.serverLog)
@@ -76,6 +81,16 @@ func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
 			level = slog.LevelDebug
 		}
 		slogger = slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: level}))
+	}
+	dir := filepath.Join(o.work, "hollow")
+	var err error
+	if o.inProcess {
+		h.host, err = newLocalHost(dir, o.agentState == "memory", o.provisionDelay, slog.New(slog.DiscardHandler))
+	} else {
+		h.host, err = newChildHost(dir, o.agentLog, o.agentProfile, o.agentNice, o.agentGOGC, o.agentState == "memory", o.provisionDelay)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("hollow host: %w", err)
 	}
 	h.cfg = server.Config{
 		Listen:            "127.0.0.1:0",
@@ -91,10 +106,16 @@ func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
 		NewSimProvisioner: simprov.Factory,
 		Log:               slogger,
 	}
+	if o.provisioned {
+		// The server's instances are the host's, outside this process.
+		h.prov = newHostProvisioner(h.host)
+		h.cfg.NewSimProvisioner = func(string, time.Duration, *slog.Logger) (provision.Provisioner, error) { return h.prov, nil }
+	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	srv, err := server.Start(sctx, h.cfg)
 	cancel()
 	if err != nil {
+		h.host.Close()
 		return nil, fmt.Errorf("start server: %w", err)
 	}
 	h.srv = srv
@@ -105,16 +126,6 @@ func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
 		Credentials:      credentials.NewStaticCredentialsProvider(h.cfg.AdminKeyID, h.cfg.AdminSecret, ""),
 		HTTPClient:       benchkit.InMemoryBody{Next: hc},
 		RetryMaxAttempts: 5})
-	dir := filepath.Join(o.work, "hollow")
-	if o.inProcess {
-		h.host, err = newLocalHost(dir, o.agentState == "memory", slog.New(slog.DiscardHandler))
-	} else {
-		h.host, err = newChildHost(dir, o.agentLog, o.agentProfile, o.agentNice, o.agentGOGC, o.agentState == "memory")
-	}
-	if err != nil {
-		srv.Close()
-		return nil, fmt.Errorf("hollow host: %w", err)
-	}
 	return h, nil
 }
 
@@ -156,6 +167,32 @@ func (h *harness) extension(ctx context.Context, op string, in, out any) error {
 		return fmt.Errorf("%s: HTTP %d: %s", op, resp.StatusCode, b)
 	}
 	return json.Unmarshal(b, out)
+}
+
+// appTaskDefinition registers the services' task definition.
+func (h *harness) appTaskDefinition(ctx context.Context) (*ecs.RegisterTaskDefinitionOutput, error) {
+	app, err := h.c.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String(serviceName),
+		ContainerDefinitions: []types.ContainerDefinition{{Name: aws.String("web"), Image: aws.String("example/web:1"), Memory: aws.Int32(h.appMem), Cpu: h.appCPU}}})
+	if err != nil {
+		return nil, fmt.Errorf("register task definition: %w", err)
+	}
+	return app, nil
+}
+
+// createServices creates services of total tasks of td, each at most
+// maxServiceTasks.
+func (h *harness) createServices(ctx context.Context, td string, total int) error {
+	left := total
+	for _, name := range serviceNames(total) {
+		count := min(left, maxServiceTasks)
+		left -= count
+		if _, err := h.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(clusterName), ServiceName: aws.String(name),
+			TaskDefinition: aws.String(td), DesiredCount: aws.Int32(int32(count)),
+			CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String(cpName)}}}); err != nil {
+			return fmt.Errorf("create service %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // setup creates the cluster and the managed-instances capacity provider.
@@ -507,16 +544,17 @@ func (h *harness) invariants(ctx context.Context, n, serviceTasks int) ([]string
 	}
 	daemons := map[string]int{}
 	service := 0
-	// Every task of the run reserves 64 CPU units; daemon tasks 64 MiB,
-	// service tasks 128.
+	// Daemon tasks reserve 64 CPU units and 64 MiB, service tasks
+	// appCPU and appMem.
 	wantCPU, wantMem := map[string]int32{}, map[string]int32{}
 	for _, t := range ts {
 		ci := aws.ToString(t.ContainerInstanceArn)
-		wantCPU[ci] += 64
 		if strings.HasPrefix(aws.ToString(t.Group), "daemon:") {
+			wantCPU[ci] += 64
 			wantMem[ci] += 64
 		} else {
-			wantMem[ci] += 128
+			wantCPU[ci] += h.appCPU
+			wantMem[ci] += h.appMem
 		}
 		switch g := aws.ToString(t.Group); {
 		case strings.HasPrefix(g, "daemon:"):

@@ -27,6 +27,8 @@ import (
 type host interface {
 	Launch(id string, cpu, mem int, env map[string]string) error
 	Kill(id string) error
+	// Terminate stops the instance and forgets it.
+	Terminate(id string) error
 	// Arn is the container instance the instance registered as.
 	Arn(id string) (string, error)
 	Stats() (hostStats, error)
@@ -47,8 +49,8 @@ type hostStats struct {
 // localHost runs instances through a sim provisioner in this process.
 type localHost struct{ p *simprov.Provisioner }
 
-func newLocalHost(dir string, memoryState bool, log *slog.Logger) (*localHost, error) {
-	p, err := simprov.New(simprov.Config{Dir: dir, MemoryState: memoryState, Log: log})
+func newLocalHost(dir string, memoryState bool, delay time.Duration, log *slog.Logger) (*localHost, error) {
+	p, err := simprov.New(simprov.Config{Dir: dir, MemoryState: memoryState, Delay: delay, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -61,6 +63,13 @@ func (h *localHost) Launch(id string, cpu, mem int, env map[string]string) error
 }
 
 func (h *localHost) Kill(id string) error          { return h.p.Kill(id) }
+func (h *localHost) Terminate(id string) error {
+	err := h.p.Terminate(context.Background(), id)
+	if errors.Is(err, provision.ErrUnknown) {
+		return nil
+	}
+	return err
+}
 func (h *localHost) Arn(id string) (string, error) { return h.p.InstanceArn(id), nil }
 func (h *localHost) Close() error                  { return h.p.Close() }
 func (h *localHost) Stats() (hostStats, error) {
@@ -116,7 +125,7 @@ const childEnv = "CAPSTAN_SCALE_HOLLOW_HOST"
 
 // request and response are the child's protocol, one JSON line each.
 type request struct {
-	Op  string            `json:"op"` // launch, kill, stats
+	Op  string            `json:"op"` // launch, kill, terminate, arn, stats
 	ID  string            `json:"id,omitempty"`
 	CPU int               `json:"cpu,omitempty"`
 	Mem int               `json:"mem,omitempty"`
@@ -141,7 +150,7 @@ type childHost struct {
 // started under nice(1), so every thread of it inherits the priority. With
 // a profile path, the child writes its CPU profile there when it exits.
 // gogc > 0 sets the child's GOGC.
-func newChildHost(dir, logPath, profile string, nice, gogc int, memoryState bool) (*childHost, error) {
+func newChildHost(dir, logPath, profile string, nice, gogc int, memoryState bool, delay time.Duration) (*childHost, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -157,6 +166,7 @@ func newChildHost(dir, logPath, profile string, nice, gogc int, memoryState bool
 	if memoryState {
 		cmd.Env = append(cmd.Env, "CAPSTAN_SCALE_AGENT_STATE=memory")
 	}
+	cmd.Env = append(cmd.Env, "CAPSTAN_SCALE_PROVISION_DELAY="+delay.String())
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	in, err := cmd.StdinPipe()
@@ -205,6 +215,11 @@ func (h *childHost) Kill(id string) error {
 	return err
 }
 
+func (h *childHost) Terminate(id string) error {
+	_, err := h.call(request{Op: "terminate", ID: id})
+	return err
+}
+
 func (h *childHost) Arn(id string) (string, error) {
 	r, err := h.call(request{Op: "arn", ID: id})
 	return r.Arn, err
@@ -250,7 +265,8 @@ func serveHost(dir string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	h, err := newLocalHost(dir, os.Getenv("CAPSTAN_SCALE_AGENT_STATE") == "memory", log)
+	delay, _ := time.ParseDuration(os.Getenv("CAPSTAN_SCALE_PROVISION_DELAY"))
+	h, err := newLocalHost(dir, os.Getenv("CAPSTAN_SCALE_AGENT_STATE") == "memory", delay, log)
 	if err != nil {
 		return err
 	}
@@ -269,6 +285,8 @@ func serveHost(dir string) error {
 				err = h.Launch(r.ID, r.CPU, r.Mem, r.Env)
 			case "kill":
 				err = h.Kill(r.ID)
+			case "terminate":
+				err = h.Terminate(r.ID)
 			case "arn":
 				resp.Arn, err = h.Arn(r.ID)
 			case "stats":
@@ -285,4 +303,56 @@ func serveHost(dir string) error {
 		out.Flush()
 	}
 	return in.Err()
+}
+
+// hostProvisioner is the server's provisioner in a -provisioned run: the
+// instances it launches are hollow instances of the host, outside the
+// server's process. It knows which it launched and terminated, so Alive,
+// asked for every instance on every pass, costs no call.
+type hostProvisioner struct {
+	h host
+
+	mu    sync.Mutex
+	alive map[string]bool
+}
+
+func newHostProvisioner(h host) *hostProvisioner {
+	return &hostProvisioner{h: h, alive: map[string]bool{}}
+}
+
+func (p *hostProvisioner) Name() string { return "sim" }
+
+// Launch asks the host, whose instances boot after -sim-provision-delay.
+func (p *hostProvisioner) Launch(_ context.Context, req provision.Request) (string, error) {
+	if err := p.h.Launch(req.ID, req.CPU, req.MemoryMiB, req.Env); err != nil {
+		return "", err
+	}
+	p.mu.Lock()
+	p.alive[req.ID] = true
+	p.mu.Unlock()
+	return req.ID, nil
+}
+
+func (p *hostProvisioner) Terminate(_ context.Context, handle string) error {
+	p.mu.Lock()
+	_, known := p.alive[handle]
+	delete(p.alive, handle)
+	p.mu.Unlock()
+	if !known {
+		return provision.ErrUnknown
+	}
+	return p.h.Terminate(handle)
+}
+
+func (p *hostProvisioner) Alive(_ context.Context, handle string) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.alive[handle], nil
+}
+
+// launched counts the instances launched and not terminated.
+func (p *hostProvisioner) launched() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.alive)
 }

@@ -45,6 +45,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"sort"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -55,6 +56,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
+	"github.com/capstanhq/capstan/internal/store"
 )
 
 type options struct {
@@ -81,6 +83,9 @@ type options struct {
 	inProcess bool
 	// skipRollouts leaves out step 4.
 	skipRollouts bool
+	// provisioned has the server provision every instance (see
+	// measureProvisioned).
+	provisioned bool
 }
 
 func main() {
@@ -140,6 +145,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.agentState, "agent-state", "memory", "where hollow agents keep their state: memory, or disk (a bbolt file each, as a real agent)")
 	fs.StringVar(&o.agentProfile, "agent-cpuprofile", "", "write the hollow agents' CPU profile (whole run, child process) here")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
+	fs.BoolVar(&o.provisioned, "provisioned", false, "the server provisions the instances (sim provisioner, hollow instances in the child process) for a service of 2N tasks, and rollouts replace instances")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -169,6 +175,13 @@ type Report struct {
 	AgentGOGC int `json:"agent_gogc"`
 	// AgentState is where the hollow agents keep their state (memory, disk).
 	AgentState string `json:"agent_state"`
+	// Fleet is how instances join: "joined" (hosts of one's own with agent
+	// credentials; rollouts in place) or "provisioned" (by the server;
+	// rollouts replace instances).
+	Fleet string `json:"fleet"`
+	// ProvisionSeconds is, in a provisioned run, CreateService → N
+	// instances launched, ACTIVE, connected, the daemon and 2N tasks RUNNING.
+	ProvisionSeconds float64 `json:"provision_seconds,omitempty"`
 
 	CredentialsSeconds      float64 `json:"credentials_seconds"`
 	RegisterSeconds         float64 `json:"register_seconds"`
@@ -197,6 +210,8 @@ type Report struct {
 	ServerHeapPerInstanceKi float64               `json:"server_heap_per_instance_kib"`
 	ServerGoroutines        int                   `json:"server_goroutines"`
 	EtcdDBMiB               float64               `json:"etcd_db_mib"`
+	// Stored is the live records by kind (their key's first segment) at the end.
+	Stored                  map[string]storedKind `json:"stored,omitempty"`
 	AgentRSSPerInstanceKiB  float64               `json:"agent_rss_per_instance_kib"`
 	AgentHeapPerInstanceKiB float64               `json:"agent_heap_per_instance_kib"`
 	AgentGoroutinesPerInst  float64               `json:"agent_goroutines_per_instance"`
@@ -278,7 +293,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	if o.memoryLimit > 0 {
 		debug.SetMemoryLimit(o.memoryLimit << 20)
 	}
-	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, AgentGOGC: o.agentGOGC, AgentState: o.agentState, ServerMemoryLimitMiB: o.memoryLimit, RolloutSeconds: -1,
+	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, AgentGOGC: o.agentGOGC, AgentState: o.agentState, Fleet: "joined", ServerMemoryLimitMiB: o.memoryLimit, RolloutSeconds: -1,
 		DetectSeconds: -1, ReplaceSeconds: -1, Invariants: []string{}}
 	if len(o.etcdEndpoints) > 0 {
 		rep.Etcd = strings.Join(o.etcdEndpoints, ",")
@@ -314,7 +329,12 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 			fmt.Fprintln(os.Stderr, "scale: cleanup:", err)
 		}
 	}()
-	err = measure(ctx, o, h, rep)
+	if o.provisioned {
+		rep.Fleet = "provisioned"
+		err = measureProvisioned(ctx, o, h, rep)
+	} else {
+		err = measure(ctx, o, h, rep)
+	}
 	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
 	if o.memProfile != "" {
 		writeHeapProfile(o.memProfile + ".end")
@@ -332,10 +352,39 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	if st, serr := os.Stat(filepath.Join(h.cfg.DataDir, "etcd", "data", "member", "snap", "db")); serr == nil {
 		rep.EtcdDBMiB = float64(st.Size()) / (1 << 20)
 	}
+	rep.Stored = storedKinds(ctx, h.srv.Store)
 	if hs, herr := h.host.Stats(); herr == nil {
 		rep.AgentCPUSeconds = hs.CPUSeconds
 	}
 	return rep, err
+}
+
+// storedKind is the count and JSON size of one kind of record.
+type storedKind struct {
+	Count int     `json:"count"`
+	MiB   float64 `json:"mib"`
+}
+
+// storedKinds sizes the live records by kind: what the database and the
+// cache hold apart from history.
+func storedKinds(ctx context.Context, s *store.Store) map[string]storedKind {
+	out := map[string]storedKind{}
+	for _, kind := range []string{"capacityproviders", "clusters", "containerinstances", "credentials",
+		"daemondeployments", "daemonplacements", "daemonrevisions", "daemons", "daemontaskdeffamilies",
+		"daemontaskdefs", "desired", "events", "managedinstances", "serviceevents", "services", "sessions",
+		"taskdeffamilies", "taskdefs", "tasks"} {
+		vals, err := store.ListRaw(ctx, s, kind+"/")
+		if err != nil || len(vals) == 0 {
+			continue
+		}
+		k := storedKind{Count: len(vals)}
+		for _, v := range vals {
+			k.MiB += float64(len(v))
+		}
+		k.MiB /= 1 << 20
+		out[kind] = k
+	}
+	return out
 }
 
 // peakRSS is this process's high-water resident set.
@@ -417,10 +466,9 @@ func measure(ctx context.Context, o options, h *harness, rep *Report) error {
 	h.logf("daemon RUNNING on all %d instances in %.1fs", n, rep.DaemonPlacementSeconds)
 
 	// 3. A service of 2N tasks.
-	app, err := h.c.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String(serviceName),
-		ContainerDefinitions: []types.ContainerDefinition{{Name: aws.String("web"), Image: aws.String("example/web:1"), Memory: aws.Int32(128), Cpu: 64}}})
+	app, err := h.appTaskDefinition(ctx)
 	if err != nil {
-		return fmt.Errorf("register task definition: %w", err)
+		return err
 	}
 	rep.ServiceTasks = 2 * n
 	stopProfile, err := o.profile("service")
@@ -428,15 +476,8 @@ func measure(ctx context.Context, o options, h *harness, rep *Report) error {
 		return err
 	}
 	t = time.Now()
-	left := 2 * n
-	for _, name := range serviceNames(2 * n) {
-		count := min(left, maxServiceTasks)
-		left -= count
-		if _, err := h.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(clusterName), ServiceName: aws.String(name),
-			TaskDefinition: app.TaskDefinition.TaskDefinitionArn, DesiredCount: aws.Int32(int32(count)),
-			CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String(cpName)}}}); err != nil {
-			return fmt.Errorf("create service %s: %w", name, err)
-		}
+	if err := h.createServices(ctx, aws.ToString(app.TaskDefinition.TaskDefinitionArn), 2*n); err != nil {
+		return err
 	}
 	var placed time.Time
 	err = h.waitService(ctx, 2*n, o.phaseTimeout, &placed)
@@ -467,6 +508,82 @@ func measure(ctx context.Context, o options, h *harness, rep *Report) error {
 
 	// 5. Instance loss.
 	return h.loss(ctx, o, rep, daemonArn)
+}
+
+// measureProvisioned is a run whose instances the server provisions: the
+// daemon is created on an empty capacity provider, then services of 2N
+// tasks, two to an instance, make the server launch N hollow instances
+// (in the child process) with the daemon first; the rollouts then replace
+// instances (drain, launch, daemon, move the tasks, terminate) as they do
+// for managed instances. Registration, placement and loss are those of
+// the joined run and are not measured here.
+func measureProvisioned(ctx context.Context, o options, h *harness, rep *Report) error {
+	n := o.instances
+	// Two tasks and the daemon fill an instance; a third does not fit.
+	h.appCPU = (instanceCPU - 64) / 2
+	if err := h.setup(ctx); err != nil {
+		return err
+	}
+	td, err := h.daemonTaskDefinition(ctx, "example/node-agent:1")
+	if err != nil {
+		return err
+	}
+	d, err := h.c.CreateDaemon(ctx, &ecs.CreateDaemonInput{DaemonName: aws.String(daemonName), ClusterArn: aws.String(clusterName),
+		DaemonTaskDefinitionArn: aws.String(td), CapacityProviderArns: []string{h.cpArn}, Critical: aws.Bool(true)})
+	if err != nil {
+		return fmt.Errorf("create daemon: %w", err)
+	}
+	daemonArn := aws.ToString(d.DaemonArn)
+	app, err := h.appTaskDefinition(ctx)
+	if err != nil {
+		return err
+	}
+	rep.ServiceTasks = 2 * n
+	t := time.Now()
+	if err := h.createServices(ctx, aws.ToString(app.TaskDefinition.TaskDefinitionArn), 2*n); err != nil {
+		return err
+	}
+	if err := h.waitInstances(ctx, n, o.phaseTimeout); err != nil {
+		return err
+	}
+	if err := h.waitDaemon(ctx, daemonArn, n, o.phaseTimeout); err != nil {
+		return err
+	}
+	if err := h.waitService(ctx, 2*n, o.phaseTimeout, nil); err != nil {
+		return err
+	}
+	rep.ProvisionSeconds = time.Since(t).Seconds()
+	h.logf("provisioned: %d instances launched by the server (%d held), the daemon and %d tasks RUNNING in %.1fs", n, h.prov.launched(), 2*n, rep.ProvisionSeconds)
+	if o.memProfile != "" {
+		writeHeapProfile(o.memProfile)
+	}
+	problems, err := h.invariants(ctx, n, 2*n)
+	if err != nil {
+		return err
+	}
+	rep.Invariants = append(rep.Invariants, problems...)
+	instances, err := h.instanceArns(ctx, types.ContainerInstanceStatusActive)
+	if err != nil {
+		return err
+	}
+	if !o.skipRollouts {
+		if err := h.rollouts(ctx, o, rep, daemonArn, instances); err != nil {
+			return err
+		}
+		// Replaced instances are terminated once deregistered; one launched
+		// beyond the fleet's need would stay (no scale-in in this run).
+		if err := until(ctx, time.Minute, time.Second, "replaced instances terminated", func(context.Context) (bool, error) {
+			return h.prov.launched() == n, nil
+		}); err != nil {
+			rep.Invariants = append(rep.Invariants, fmt.Sprintf("the provisioner holds %d instances after the rollouts, want %d", h.prov.launched(), n))
+		}
+		problems, err := h.invariants(ctx, n, 2*n)
+		if err != nil {
+			return err
+		}
+		rep.Invariants = append(rep.Invariants, problems...)
+	}
+	return nil
 }
 
 // profile starts the CPU profile when it covers phase ("" for the whole
@@ -670,10 +787,14 @@ func printTable(w io.Writer, r *Report) {
 		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, r.Etcd, r.AgentNice, r.AgentGOGC, r.AgentState)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "hollow instances\t%d\n", r.Instances)
-	fmt.Fprintf(tw, "registration (launch → all ACTIVE, connected)\t%.1f s\t%.0f instances/s\n", r.RegisterSeconds, r.InstancesPerSecond)
-	fmt.Fprintf(tw, "CreateDaemon → RUNNING on all\t%.1f s\n", r.DaemonPlacementSeconds)
-	fmt.Fprintf(tw, "service of %d tasks → all placed\t%.1f s\t%.0f placements/s\n", r.ServiceTasks, r.PlacedSeconds, r.PlacementsPerSecond)
-	fmt.Fprintf(tw, "  → all RUNNING\t%.1f s\t%.0f tasks/s\n", r.ServiceSeconds, r.RunningPerSecond)
+	if r.Fleet == "provisioned" {
+		fmt.Fprintf(tw, "service of %d tasks → instances provisioned, daemon and tasks RUNNING\t%.1f s\n", r.ServiceTasks, r.ProvisionSeconds)
+	} else {
+		fmt.Fprintf(tw, "registration (launch → all ACTIVE, connected)\t%.1f s\t%.0f instances/s\n", r.RegisterSeconds, r.InstancesPerSecond)
+		fmt.Fprintf(tw, "CreateDaemon → RUNNING on all\t%.1f s\n", r.DaemonPlacementSeconds)
+		fmt.Fprintf(tw, "service of %d tasks → all placed\t%.1f s\t%.0f placements/s\n", r.ServiceTasks, r.PlacedSeconds, r.PlacementsPerSecond)
+		fmt.Fprintf(tw, "  → all RUNNING\t%.1f s\t%.0f tasks/s\n", r.ServiceSeconds, r.RunningPerSecond)
+	}
 	for _, ro := range r.Rollouts {
 		fmt.Fprintf(tw, "UpdateDaemon drainPercent %v → SUCCESSFUL\t%s\t%s, %d/%d on target\n", ro.DrainPercent, secs(ro.Seconds), ro.Status,
 			ro.OnTarget, ro.OnTarget+ro.Remaining)
@@ -688,6 +809,14 @@ func printTable(w io.Writer, r *Report) {
 	fmt.Fprintf(tw, "server CPU\t%.1f s\n", r.ServerCPUSeconds)
 	fmt.Fprintf(tw, "server heap per instance (sessions, records)\t%.1f KiB\n", r.ServerHeapPerInstanceKi)
 	fmt.Fprintf(tw, "etcd db\t%.1f MiB\n", r.EtcdDBMiB)
+	kinds := make([]string, 0, len(r.Stored))
+	for k := range r.Stored {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool { return r.Stored[kinds[i]].MiB > r.Stored[kinds[j]].MiB })
+	for _, k := range kinds {
+		fmt.Fprintf(tw, "  live %s\t%d\t%.1f MiB\n", k, r.Stored[k].Count, r.Stored[k].MiB)
+	}
 	fmt.Fprintf(tw, "hollow agent per instance (RSS / heap)\t%.0f KiB\t%.0f KiB\t%.1f goroutines\n", r.AgentRSSPerInstanceKiB, r.AgentHeapPerInstanceKiB, r.AgentGoroutinesPerInst)
 	fmt.Fprintf(tw, "hollow agents CPU\t%.1f s\n", r.AgentCPUSeconds)
 	fmt.Fprintf(tw, "loss of %d instances: detected\t%s\n", r.Killed, secs(r.DetectSeconds))

@@ -269,6 +269,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			later(LostAfter - r.silentFor(m.Value.ID, now) + 100*time.Millisecond)
 		case ci.Status == "ACTIVE":
 			r.succeeded(name)
+			if now.Sub(ci.RegisteredAt.Time) < freshFor {
+				// Waiting tasks may not have been placed on it yet.
+				starting(m.Value, ci, true)
+			}
 			if err := r.scaleIn(ctx, cp, m, ci, now, later); err != nil {
 				return 0, err
 			}
@@ -328,6 +332,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 	}
 	return requeue, nil
 }
+
+// freshFor is how long a new ACTIVE instance's room still counts as
+// coming: the placement of waiting tasks reads a fleet view that may not
+// show it yet, and launching for them then would be one instance too many.
+const freshFor = 30 * time.Second
 
 // MaxLaunches bounds the instances one pass launches: thousands of
 // waiting tasks get theirs over a few passes, each pass's writes bounded.
