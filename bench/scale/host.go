@@ -62,7 +62,7 @@ func (h *localHost) Launch(id string, cpu, mem int, env map[string]string) error
 	return err
 }
 
-func (h *localHost) Kill(id string) error          { return h.p.Kill(id) }
+func (h *localHost) Kill(id string) error { return h.p.Kill(id) }
 func (h *localHost) Terminate(id string) error {
 	err := h.p.Terminate(context.Background(), id)
 	if errors.Is(err, provision.ErrUnknown) {
