@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
@@ -176,72 +178,148 @@ func (s *Service) DaemonsNeed(ctx context.Context, cluster, cp string) (cpu, mem
 	return cpu, mem, nil
 }
 
-// PlaceWaiting places a waiting task on an ACTIVE instance of its capacity
-// provider with room; placed is false when none has room.
-func (s *Service) PlaceWaiting(ctx context.Context, t store.Task) (placed bool, err error) {
-	err = retry(ctx, func() error {
-		placed = false
-		it, err := store.Get[store.Task](ctx, s.st, store.TaskKey(t.Cluster, t.ID))
+// PlaceWaitingTasks places waiting tasks of a cluster on ACTIVE instances
+// of their capacity providers with room (spread for a service's tasks,
+// binpack for others), as they would be one by one, with one
+// view of the fleet per group and one write per instance, grouped with
+// others, instead of a scan and a write per task (thousands of tasks
+// waiting for thousands of new instances). fits names the tasks an
+// instance had room for; retry is true when some of their writes found the
+// instance or the task changed, and they wait for the next pass.
+func (s *Service) PlaceWaitingTasks(ctx context.Context, cluster string, tasks []store.Task) (fits map[string]bool, retry bool, err error) {
+	fits = map[string]bool{}
+	type groupKey struct{ group, cp string }
+	byGroup := map[groupKey][]store.Task{}
+	var order []groupKey
+	for _, t := range tasks {
+		if t.InstanceID != "" || t.DesiredStatus != "RUNNING" {
+			continue
+		}
+		k := groupKey{t.Group, t.CapacityProviderName}
+		if _, ok := byGroup[k]; !ok {
+			order = append(order, k)
+		}
+		byGroup[k] = append(byGroup[k], t)
+	}
+	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	defs := map[string]store.Item[store.TaskDefinition]{}
+	var (
+		mu     sync.Mutex
+		failed bool
+		wg     sync.WaitGroup
+	)
+	sem := make(chan struct{}, 64)
+	for _, k := range order {
+		cands, err := s.candidates(ctx, cluster, k.group, nil)
 		if err != nil {
-			return err
+			return nil, false, err
+		}
+		cands = slices.DeleteFunc(cands, func(c *candidate) bool { return c.cp != k.cp })
+		rules := placementRules{}
+		if strings.HasPrefix(k.group, "service:") {
+			rules.strategy = []shapes.PlacementStrategy{{Type: "spread", Field: "instanceId"}}
+		}
+		picks := map[*candidate][]waitingPick{}
+		var picked []*candidate
+		for _, t := range byGroup[k] {
+			td, ok := defs[t.TaskDefinitionArn]
+			if !ok {
+				if td, err = s.taskDefinition(ctx, "taskDefinition", t.TaskDefinitionArn); err != nil {
+					return nil, false, err
+				}
+				defs[t.TaskDefinitionArn] = td
+			}
+			n, err := taskNeed(td.Value.TaskDefinition, t.Overrides)
+			if err != nil {
+				return nil, false, err
+			}
+			c, _ := place(cands, n, rules, rnd)
+			if c == nil {
+				continue
+			}
+			c.cpu, c.mem = c.cpu-n.cpu, c.mem-n.mem
+			for _, p := range n.ports {
+				c.take(p)
+			}
+			c.tasks++
+			c.groupTasks++
+			if len(picks[c]) == 0 {
+				picked = append(picked, c)
+			}
+			picks[c] = append(picks[c], waitingPick{id: t.ID, n: n, def: td.Value.TaskDefinition})
+			fits[t.ID] = true
+		}
+		for _, c := range picked {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				if err := s.placeWaitingOn(ctx, cluster, c, picks[c]); err != nil {
+					mu.Lock()
+					failed = true
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return fits, failed, nil
+}
+
+// waitingPick is a waiting task picked for an instance.
+type waitingPick struct {
+	id  string
+	n   need
+	def shapes.TaskDefinition
+}
+
+// placeWaitingOn writes the tasks picked for candidate c in one
+// transaction with the instance, which must still be at the revision the
+// pick read. A task no longer waiting is left out; an error means none
+// was placed.
+func (s *Service) placeWaitingOn(ctx context.Context, cluster string, c *candidate, picks []waitingPick) error {
+	inst, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cluster, c.id))
+	if err != nil {
+		return err
+	}
+	if inst.Rev != c.rev {
+		return store.ErrConflict
+	}
+	ci := inst.Value
+	rem := readResources(ci.RemainingResources)
+	tx := s.st.Txn()
+	n := 0
+	for _, p := range picks {
+		it, err := store.Get[store.Task](ctx, s.st, store.TaskKey(cluster, p.id))
+		if err != nil {
+			continue
 		}
 		cur := it.Value
 		if cur.InstanceID != "" || cur.DesiredStatus != "RUNNING" {
-			return nil
+			continue
 		}
-		td, err := s.taskDefinition(ctx, "taskDefinition", cur.TaskDefinitionArn)
-		if err != nil {
-			return err
-		}
-		n, err := taskNeed(td.Value.TaskDefinition, cur.Overrides)
-		if err != nil {
-			return err
-		}
-		cands, err := s.candidates(ctx, cur.Cluster, cur.Group, nil)
-		if err != nil {
-			return err
-		}
-		cands = slices.DeleteFunc(cands, func(c *candidate) bool { return c.cp != cur.CapacityProviderName })
-		rules := placementRules{}
-		if cur.Group != "" && len(cur.Group) > 8 && cur.Group[:8] == "service:" {
-			rules.strategy = []shapes.PlacementStrategy{{Type: "spread", Field: "instanceId"}}
-		}
-		c, _ := place(cands, n, rules, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
-		if c == nil {
-			return nil
-		}
-		inst, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cur.Cluster, c.id))
-		if err != nil {
-			return err
-		}
-		if inst.Rev != c.rev {
-			return store.ErrConflict // changed since the view was read
-		}
-		ci := inst.Value
-		rem := readResources(ci.RemainingResources)
-		rem.cpu -= n.cpu
-		rem.memory -= n.mem
-		for _, p := range n.ports {
-			if !slices.Contains(rem.ports, p) {
-				rem.ports = append(rem.ports, p)
+		rem.cpu -= p.n.cpu
+		rem.memory -= p.n.mem
+		for _, port := range p.n.ports {
+			if !slices.Contains(rem.ports, port) {
+				rem.ports = append(rem.ports, port)
 			}
 		}
-		ci.RemainingResources = rem.shapes()
-		*ci.Version++
 		cur.InstanceID, cur.ContainerInstanceArn = ci.ID, ci.ContainerInstanceArn
-		cur.Reserved = &store.Reservation{CPU: n.cpu, Memory: n.mem, Ports: n.ports}
+		cur.Reserved = &store.Reservation{CPU: p.n.cpu, Memory: p.n.mem, Ports: p.n.ports}
 		*cur.Version++
 		desired := protocol.Task{Arn: cur.TaskArn, ClusterArn: cur.ClusterArn, ContainerInstanceArn: ci.ContainerInstanceArn, Kind: cur.Kind,
-			Group: cur.Group, StartedBy: cur.StartedBy, DesiredStatus: "RUNNING", Definition: td.Value.TaskDefinition, Overrides: cur.Overrides,
+			Group: cur.Group, StartedBy: cur.StartedBy, DesiredStatus: "RUNNING", Definition: p.def, Overrides: cur.Overrides,
 			Tags: cur.Tags, CreatedAt: cur.CreatedAt.Time, Version: *cur.Version}
-		_, err = s.st.Txn().Update(it.Key, it.Rev, cur).Update(inst.Key, inst.Rev, ci).
-			Create(store.DesiredKey(cur.Cluster, ci.ID, cur.ID), desired).Commit(ctx)
-		if err == nil {
-			placed = true
-		}
-		return err
-	})
-	return placed, err
+		tx.Update(it.Key, it.Rev, cur).Create(store.DesiredKey(cluster, ci.ID, cur.ID), desired)
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	ci.RemainingResources = rem.shapes()
+	*ci.Version++
+	_, err = tx.Update(inst.Key, inst.Rev, ci).CommitGrouped(ctx)
+	return err
 }
 
 // Connected reports whether an instance's agent has a session.

@@ -288,15 +288,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 	launched := 0
 	// After launches that failed, one instance at a time until one works.
 	probing := r.failing(name)
+	fits, retry, err := r.Svc.PlaceWaitingTasks(ctx, cp.Cluster, waiting)
+	if err != nil {
+		return 0, err
+	}
+	if retry {
+		later(100 * time.Millisecond)
+	}
+	type size struct{ cpu, mem int }
+	needs := map[string]size{} // by task definition, for tasks without overrides
 	for _, t := range waiting {
-		placed, err := r.Svc.PlaceWaiting(ctx, t)
-		if err != nil {
-			return 0, err
-		}
-		if placed {
+		if fits[t.ID] {
 			continue
 		}
-		tc, tm, err := r.Svc.Need(ctx, t)
+		nd, ok := needs[t.TaskDefinitionArn]
+		err = nil
+		if !ok || t.Overrides != nil {
+			nd.cpu, nd.mem, err = r.Svc.Need(ctx, t)
+			if err == nil && t.Overrides == nil {
+				needs[t.TaskDefinitionArn] = nd
+			}
+		}
+		tc, tm := nd.cpu, nd.mem
 		if err == nil {
 			err = needErr
 		}

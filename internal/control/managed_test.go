@@ -1,0 +1,139 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+// waitingTasks records n tasks of req's task definition and group that
+// wait for an instance of capacity provider "cp".
+func waitingTasks(t *testing.T, s *Service, st *store.Store, req taskRequest, from, n int) []store.Task {
+	t.Helper()
+	var out []store.Task
+	tx := st.Txn()
+	for i := from; i < from+n; i++ {
+		tk := store.Task{ID: fmt.Sprintf("w%03d", i), Cluster: "c"}
+		tk.TaskArn, tk.TaskDefinitionArn, tk.Group = s.arns.task("c", tk.ID), req.taskDefinition, req.group
+		tk.CapacityProviderName, tk.DesiredStatus, tk.LastStatus, tk.Version = "cp", "RUNNING", "PROVISIONING", ptr(int64(1))
+		tx.Create(store.TaskKey("c", tk.ID), tk)
+		out = append(out, tk)
+	}
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Waiting tasks are placed in bulk as one by one: spread over the
+// instances with room, each instance's resources reduced by exactly its
+// tasks, each task's manifest entry written; tasks without room stay
+// waiting and are not named as fitting.
+func TestPlaceWaitingTasksInBulk(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	const instances = 10
+	s, req := startFixture(t, st, 0, 300, 0)
+	tx := st.Txn()
+	for i := range instances {
+		id := fmt.Sprintf("i%03d", i)
+		ci := instanceRecord(id, "ACTIVE", 4096, 1000) // three tasks of 300 MiB each
+		ci.ContainerInstanceArn = s.arns.containerInstance("c", id)
+		ci.Version = ptr(int64(1))
+		tx.Create(store.ContainerInstanceKey("c", id), ci).Create(store.SessionKey("c", id), store.Session{})
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check := func(placed int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			per, placedNow := map[string]int{}, 0
+			stored, _, err := store.List[store.Task](ctx, st, store.TaskPrefix("c"), "", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range stored {
+				if id := it.Value.InstanceID; id != "" {
+					per[id]++
+					placedNow++
+					if _, err := store.Get[protocol.Task](ctx, st, store.DesiredKey("c", id, it.Value.ID)); err != nil {
+						t.Fatalf("task %s on %s has no manifest entry: %v", it.Value.ID, id, err)
+					}
+				}
+			}
+			if placedNow == placed {
+				lo, hi := placed, 0
+				for i := range instances {
+					id := fmt.Sprintf("i%03d", i)
+					it, err := store.Get[store.ContainerInstance](ctx, st, store.ContainerInstanceKey("c", id))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if rem := readResources(it.Value.RemainingResources); rem.memory != 1000-300*per[id] || rem.memory < 0 {
+						t.Fatalf("%s: %d tasks, %d MiB left", id, per[id], rem.memory)
+					}
+					lo, hi = min(lo, per[id]), max(hi, per[id])
+				}
+				if hi-lo > 1 {
+					t.Fatalf("tasks per instance from %d to %d, want spread: %v", lo, hi, per)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d tasks placed, want %d", placedNow, placed)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	first := waitingTasks(t, s, st, req, 0, 25)
+	fits, retry, err := s.PlaceWaitingTasks(ctx, "c", first)
+	if err != nil || retry || len(fits) != 25 {
+		t.Fatalf("first 25: %d fit, retry %v, err %v", len(fits), retry, err)
+	}
+	check(25)
+
+	// Room for 5 more; the fleet view must show the first writes.
+	more := waitingTasks(t, s, st, req, 25, 10)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fits, retry, err = s.PlaceWaitingTasks(ctx, "c", more)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !retry || time.Now().After(deadline) {
+			break
+		}
+		more = slicesWaiting(t, st, more)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(fits) > 5 {
+		t.Fatalf("%d of 10 more tasks fit where 5 have room", len(fits))
+	}
+	check(25 + len(fits))
+	if len(fits) != 5 {
+		t.Fatalf("%d of 10 more tasks placed, want the 5 that have room", len(fits))
+	}
+}
+
+// slicesWaiting rereads tasks, keeping those still waiting.
+func slicesWaiting(t *testing.T, st *store.Store, tasks []store.Task) []store.Task {
+	t.Helper()
+	var out []store.Task
+	for _, tk := range tasks {
+		it, err := store.Get[store.Task](context.Background(), st, store.TaskKey("c", tk.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if it.Value.InstanceID == "" {
+			out = append(out, it.Value)
+		}
+	}
+	return out
+}
