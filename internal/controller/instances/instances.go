@@ -159,7 +159,7 @@ func cpOfManaged(_ context.Context, ch store.Change) []string {
 }
 
 // Reconcile acts for the capacity provider at key.
-func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Duration, err error) {
 	name := strings.TrimPrefix(key, Prefix)
 	cp, err := r.Svc.CapacityProvider(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
@@ -204,6 +204,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		}
 		room = append(room, b)
 	}
+	var replacements []store.Item[control.ManagedInstance] // requested by rollouts, to launch
+	var retire []retirement
+	var sizes []bin // of the instances to launch for waiting tasks
+	defer func() {
+		// Terminations and launches go out side by side: each is a
+		// provisioner call and writes in sequence, and a rollout retires
+		// and asks for hundreds at once.
+		if !r.actAll(ctx, cp.Cluster, name, retire, replacements, sizes, now) && (next == 0 || next > time.Second) {
+			next = time.Second
+		}
+	}()
 	for _, m := range managed {
 		ci, registered, err := r.Svc.InstanceOf(ctx, m.Value)
 		if err != nil {
@@ -224,31 +235,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 				later(wait)
 				continue
 			}
-			if err := r.start(ctx, m); err != nil {
-				r.Log.Error("launch replacement instance", "capacity_provider", name, "instance", m.Value.ID, "err", err)
-				r.failed(name, now)
-			}
+			replacements = append(replacements, m)
 			later(time.Second)
 		case cp.Status == "INACTIVE" || m.Value.Terminating || (registered && ci.Status == "INACTIVE"):
-			if err := r.terminate(ctx, m, registered, ci, "instance retired"); err != nil {
-				return 0, err
-			}
+			retire = append(retire, retirement{m, registered, ci, "instance retired"})
 		case m.Value.Handle != "" && !alive:
 			// The instance is gone: its tasks cannot run any more.
 			r.Log.Warn("managed instance lost", "instance", m.Value.ID, "container_instance", ci.ContainerInstanceArn)
 			if now.Sub(m.Value.LaunchedAt) < time.Minute {
 				r.failed(name, now)
 			}
-			if err := r.terminate(ctx, m, registered, ci, "instance lost"); err != nil {
-				return 0, err
-			}
+			retire = append(retire, retirement{m, registered, ci, "instance lost"})
 		case !registered:
 			if now.Sub(m.Value.LaunchedAt) > RegisterTimeout {
 				r.Log.Warn("managed instance did not register in time", "instance", m.Value.ID)
 				r.failed(name, now)
-				if err := r.terminate(ctx, m, false, ci, "did not register"); err != nil {
-					return 0, err
-				}
+				retire = append(retire, retirement{m, false, ci, "did not register"})
 				continue
 			}
 			starting(m.Value, ci, false)
@@ -262,9 +264,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			later(time.Second)
 		case !r.Svc.Connected(ctx, ci.Cluster, ci.ID) && r.silentFor(m.Value.ID, now) >= LostAfter:
 			r.Log.Warn("managed instance lost: its agent has no session", "instance", m.Value.ID, "container_instance", ci.ContainerInstanceArn, "silent_for", r.silentFor(m.Value.ID, now).Round(time.Second))
-			if err := r.terminate(ctx, m, registered, ci, "instance lost: agent silent"); err != nil {
-				return 0, err
-			}
+			retire = append(retire, retirement{m, registered, ci, "instance lost: agent silent"})
 		case !r.Svc.Connected(ctx, ci.Cluster, ci.ID):
 			later(LostAfter - r.silentFor(m.Value.ID, now) + 100*time.Millisecond)
 		case ci.Status == "ACTIVE":
@@ -331,14 +331,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			continue
 		}
 		cpu, mem, err := r.size(ctx, name, tc+dc, tm+dm)
-		if err == nil {
-			err = r.launch(ctx, cp.Cluster, name, cpu, mem)
-		}
 		if err != nil {
 			r.Log.Error("launch managed instance", "capacity_provider", name, "err", err)
 			later(5 * time.Second)
 			continue
 		}
+		sizes = append(sizes, bin{cpu: cpu, mem: mem})
 		launched++
 		room = append(room, bin{cpu: cpu - dc - tc, mem: mem - dm - tm})
 		later(time.Second)
@@ -350,6 +348,55 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 // coming: the placement of waiting tasks reads a fleet view that may not
 // show it yet, and launching for them then would be one instance too many.
 const freshFor = 30 * time.Second
+
+// retirement is an instance to terminate, and why.
+type retirement struct {
+	m          store.Item[control.ManagedInstance]
+	registered bool
+	ci         store.ContainerInstance
+	reason     string
+}
+
+// actAll terminates instances, starts the requested replacements and
+// launches instances of the given sizes, at most launchWorkers at a time;
+// it reports whether all of it went through. Failed launches count once
+// toward the capacity provider's launch backoff; the next pass tries again.
+func (r *Reconciler) actAll(ctx context.Context, cluster, cp string, retire []retirement, replacements []store.Item[control.ManagedInstance], sizes []bin, now time.Time) bool {
+	sem := make(chan struct{}, launchWorkers)
+	var wg sync.WaitGroup
+	var launchFailed sync.Once // a pass's failures back off as one
+	var mu sync.Mutex
+	ok := true
+	run := func(what string, launch bool, fn func() error) {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := fn(); err != nil {
+				r.Log.Error(what, "capacity_provider", cp, "err", err)
+				mu.Lock()
+				ok = false
+				mu.Unlock()
+				if launch {
+					launchFailed.Do(func() { r.failed(cp, now) })
+				}
+			}
+		})
+	}
+	for _, t := range retire {
+		run("terminate instance "+t.m.Value.ID, false, func() error { return r.terminate(ctx, t.m, t.registered, t.ci, t.reason) })
+	}
+	for _, m := range replacements {
+		run("launch replacement instance "+m.Value.ID, true, func() error { return r.start(ctx, m) })
+	}
+	for _, b := range sizes {
+		run("launch managed instance", true, func() error { return r.launch(ctx, cluster, cp, b.cpu, b.mem) })
+	}
+	wg.Wait()
+	return ok
+}
+
+// launchWorkers bounds the launches in flight from one pass.
+const launchWorkers = 32
 
 // MaxLaunches bounds the instances one pass launches: thousands of
 // waiting tasks get theirs over a few passes, each pass's writes bounded.
