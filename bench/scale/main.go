@@ -46,6 +46,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -83,6 +84,8 @@ type options struct {
 	inProcess bool
 	// skipRollouts leaves out step 4.
 	skipRollouts bool
+	// drains are the rollouts' drainPercents, in order.
+	drains []float64
 	// provisioned has the server provision every instance (see
 	// measureProvisioned).
 	provisioned bool
@@ -145,6 +148,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.agentState, "agent-state", "memory", "where hollow agents keep their state: memory, or disk (a bbolt file each, as a real agent)")
 	fs.StringVar(&o.agentProfile, "agent-cpuprofile", "", "write the hollow agents' CPU profile (whole run, child process) here")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
+	drains := fs.String("rollouts", "25,100,10", "the rollouts' drainPercents, in order (API latency is sampled during the first)")
 	fs.BoolVar(&o.provisioned, "provisioned", false, "the server provisions the instances (sim provisioner, hollow instances in the child process) for a service of 2N tasks, and rollouts replace instances")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -157,6 +161,13 @@ func parseFlags(args []string) (options, error) {
 	}
 	if endpoints != "" {
 		o.etcdEndpoints = strings.Split(endpoints, ",")
+	}
+	for _, f := range strings.Split(*drains, ",") {
+		d, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || d <= 0 || d > 100 {
+			return o, fmt.Errorf("-rollouts: %q is not a drainPercent in (0, 100]", f)
+		}
+		o.drains = append(o.drains, d)
 	}
 	return o, nil
 }
@@ -608,7 +619,7 @@ func (o options) profile(phase string) (func(), error) {
 
 // rollouts runs UpdateDaemon with drainPercent 25, 100 and 10.
 func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonArn string, instances []string) error {
-	for i, drain := range []float64{25, 100, 10} {
+	for i, drain := range o.drains {
 		td, err := h.daemonTaskDefinition(ctx, fmt.Sprintf("example/node-agent:%d", i+2))
 		if err != nil {
 			return err
@@ -677,7 +688,7 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 		r.Reason = aws.ToString(dep.StatusReason)
 		h.progress(ctx, daemonArn, depArn, &r)
 		rep.Rollouts = append(rep.Rollouts, r)
-		if drain == 25 {
+		if drain == 25 && rep.RolloutSeconds < 0 {
 			rep.RolloutSeconds = r.Seconds
 		}
 		if r.Seconds < 0 {

@@ -534,7 +534,7 @@ func (s *Service) groupTasks(ctx context.Context, cluster, group string, sorted 
 		case t.instance == "" && t.cp != "":
 			pt.Instance = services.WaitingForCapacity
 		case fi != nil && fi.rec && fi.status != "INACTIVE":
-			pt.Instance = fi.status
+			pt.Instance, pt.InstanceID, pt.InstanceSince = fi.status, fi.id, fi.registeredAt
 		}
 		out = append(out, pt)
 	}

@@ -2,6 +2,7 @@ package services
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -14,11 +15,15 @@ type Task struct {
 	Health     string // HEALTHY, UNHEALTHY, UNKNOWN or empty
 	// Instance is the status of the task's container instance, empty when
 	// the instance is gone (deregistered or removed).
-	Instance  string
-	StopCode  string
-	CreatedAt time.Time
-	StartedAt time.Time
-	StoppedAt time.Time
+	Instance string
+	// InstanceID and InstanceSince (its registration) order the stops of
+	// tasks on draining instances.
+	InstanceID    string
+	InstanceSince time.Time
+	StopCode      string
+	CreatedAt     time.Time
+	StartedAt     time.Time
+	StoppedAt     time.Time
 }
 
 // Spec is the service as planning needs it.
@@ -161,7 +166,7 @@ func Decide(sp Spec, tasks []Task, now time.Time) Plan {
 		keepers = keepers[extra:]
 	}
 
-	stopOrder(leavers)
+	leaveOrder(leavers)
 	budget := healthy - minHealthy
 	kept := 0
 	for _, l := range leavers {
@@ -240,6 +245,31 @@ func stopOrder(ls []live) {
 			return 1
 		}
 		return 0
+	})
+}
+
+// leaveOrder is stopOrder, except that tasks on draining instances go
+// first, instance by instance, the longest-registered first: a daemon
+// rollout drains the oldest instances first and holds a slot of its window
+// until an instance is empty, so its tasks go in that order and together,
+// not spread over every draining instance.
+func leaveOrder(ls []live) {
+	stopOrder(ls)
+	slices.SortStableFunc(ls, func(a, b live) int {
+		da, db := leaving(a.Instance), leaving(b.Instance)
+		switch {
+		case da != db:
+			if da {
+				return -1
+			}
+			return 1
+		case !da:
+			return 0
+		}
+		if c := a.InstanceSince.Compare(b.InstanceSince); c != 0 {
+			return c
+		}
+		return strings.Compare(a.InstanceID, b.InstanceID)
 	})
 }
 

@@ -212,3 +212,33 @@ func TestPercentRounding(t *testing.T) {
 		}
 	}
 }
+
+// Tasks on draining instances stop instance by instance, the
+// longest-registered instance first, whatever the tasks' own ages: a
+// rollout drains the oldest instances first and waits for each to empty.
+func TestDrainingStopsGoInstanceByInstance(t *testing.T) {
+	h := time.Hour
+	on := func(tk Task, id string, registered time.Duration) Task {
+		return with(tk, func(t *Task) { t.InstanceID, t.InstanceSince = id, t0.Add(-registered) })
+	}
+	// Instance "old" (registered 3 h ago) holds the older tasks; "young"
+	// (2 h ago) the newer ones, which newest-first alone would stop first.
+	tasks := []Task{
+		on(task("y1", "new", "RUNNING", "DRAINING", h), "young", 2*h),
+		on(task("o1", "new", "RUNNING", "DRAINING", 2*h), "old", 3*h),
+		on(task("y2", "new", "RUNNING", "DRAINING", h), "young", 2*h),
+		on(task("o2", "new", "RUNNING", "DRAINING", 2*h), "old", 3*h),
+		// Their replacements run: two may stop at minimumHealthyPercent 100.
+		on(task("r1", "new", "RUNNING", "ACTIVE", 0), "fresh", 0),
+		on(task("r2", "new", "RUNNING", "ACTIVE", 0), "fresh", 0),
+	}
+	p := Decide(specOf(4, 100, 200), tasks, t0)
+	var got []string
+	for _, s := range p.Stops {
+		got = append(got, s.ID)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"o1", "o2"}) {
+		t.Fatalf("stops %v, want the longest-registered draining instance's tasks o1 and o2", got)
+	}
+}
