@@ -293,3 +293,22 @@ func TestBigBatchBeginsOverSeveralWrites(t *testing.T) {
 		t.Fatalf("batch of %d", total)
 	}
 }
+
+// A provisioned instance that is still registering and has no daemon yet
+// (a replacement the rollout launched, most often) is waited for: neither
+// retired nor replaced, and the rollout is not done until it is ready. At
+// N=5,000, 229 fresh replacements were retired so, each costing another.
+func TestRegisteringInstanceWithoutDaemonIsWaitedFor(t *testing.T) {
+	dep := deployment("IN_PROGRESS")
+	inst := fleet(1, revN, true)
+	inst = append(inst, Instance{ID: "n1", Arn: "arn:ci/n1", CapacityProvider: cpA, Status: "REGISTERING", Managed: true, Connected: true, RegisteredAt: t0})
+	d := Plan(dep, World{Current: true, Instances: inst, Now: t0})
+	if len(d.Start) != 0 || d.Dep.Status != "IN_PROGRESS" {
+		t.Fatalf("fresh instance: starts %+v, status %s", d.Start, d.Dep.Status)
+	}
+	// With an old revision placed on it, it is retired before it serves.
+	inst[1].Revision = revO
+	if d := Plan(dep, World{Current: true, Instances: inst, Now: t0}); len(d.Start) != 1 || !d.Start[0].Retire {
+		t.Fatalf("registering on the old revision: %+v", d.Start)
+	}
+}

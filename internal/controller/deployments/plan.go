@@ -271,7 +271,11 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 		}
 		if !inBatch[in.ID] {
 			remaining++
-			if !onTarget(in) {
+			// A provisioned instance still registering without a daemon
+			// gets the daemon's current revision (a replacement of this
+			// very rollout, most often): waited for, not retired.
+			coming := in.Managed && in.Status == "REGISTERING" && in.Revision == ""
+			if !onTarget(in) && !coming {
 				candidates = append(candidates, in)
 			}
 		}
