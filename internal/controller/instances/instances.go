@@ -56,6 +56,8 @@ type Reconciler struct {
 	// a new leader starts the count afresh, so a server restart replaces
 	// nothing by itself.
 	silent map[string]time.Time
+	// active is when this leader first saw an instance ACTIVE.
+	active map[string]time.Time
 	// failures counts instances of a capacity provider that died or never
 	// registered soon after launch; launches back off while it is high.
 	failures map[string]launchFailures
@@ -101,6 +103,21 @@ func (r *Reconciler) silentFor(id string, now time.Time) time.Duration {
 	since, ok := r.silent[id]
 	if !ok {
 		r.silent[id] = now
+		return 0
+	}
+	return now.Sub(since)
+}
+
+// activeFor is how long this leader has seen the instance ACTIVE.
+func (r *Reconciler) activeFor(id string, now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.active == nil {
+		r.active = map[string]time.Time{}
+	}
+	since, ok := r.active[id]
+	if !ok {
+		r.active[id] = now
 		return 0
 	}
 	return now.Sub(since)
@@ -269,7 +286,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 			later(LostAfter - r.silentFor(m.Value.ID, now) + 100*time.Millisecond)
 		case ci.Status == "ACTIVE":
 			r.succeeded(name)
-			if now.Sub(ci.RegisteredAt.Time) < freshFor {
+			if r.activeFor(m.Value.ID, now) < freshFor {
 				// Waiting tasks may not have been placed on it yet.
 				starting(m.Value, ci, true)
 			}
@@ -341,12 +358,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 		room = append(room, bin{cpu: cpu - dc - tc, mem: mem - dm - tm})
 		later(time.Second)
 	}
+	if len(sizes) > 0 {
+		r.Log.Info("launching instances for waiting tasks", "capacity_provider", name, "instances", len(sizes), "waiting", len(waiting), "coming", len(room)-len(sizes))
+	}
 	return requeue, nil
 }
 
 // freshFor is how long a new ACTIVE instance's room still counts as
-// coming: the placement of waiting tasks reads a fleet view that may not
-// show it yet, and launching for them then would be one instance too many.
+// coming, from when this controller first saw it ACTIVE (registration can
+// be long before, on a busy server): the placement of waiting tasks reads
+// a fleet view that may not show it yet, and launching for them then would
+// be one instance too many.
 const freshFor = 30 * time.Second
 
 // retirement is an instance to terminate, and why.
@@ -558,5 +580,8 @@ func (r *Reconciler) terminate(ctx context.Context, m store.Item[control.Managed
 		}
 	}
 	r.heard(m.Value.ID)
+	r.mu.Lock()
+	delete(r.active, m.Value.ID)
+	r.mu.Unlock()
 	return r.Svc.ForgetManagedInstance(ctx, m)
 }
