@@ -125,6 +125,8 @@ func TestFleetReadsItsWrites(t *testing.T) {
 	st := openStore(t)
 	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
 	ci := instanceRecord("i1", "ACTIVE", 1024, 2048)
+	registered := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ci.RegisteredAt = shapes.At(registered)
 	if _, err := st.Txn().Create(store.ContainerInstanceKey("c", "i1"), ci).Create(store.SessionKey("c", "i1"), store.Session{}).Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +143,7 @@ func TestFleetReadsItsWrites(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("PlanTasks = %+v, %v", got, err)
 	}
-	want := services.Task{ID: "t1", Deployment: "d1", LastStatus: "PENDING", Desired: "RUNNING", Instance: "ACTIVE"}
+	want := services.Task{ID: "t1", Deployment: "d1", LastStatus: "PENDING", Desired: "RUNNING", Instance: "ACTIVE", InstanceID: "i1", InstanceSince: registered}
 	if got[0] != want {
 		t.Fatalf("PlanTasks = %+v, want %+v", got[0], want)
 	}
