@@ -42,3 +42,35 @@ func TestScale(t *testing.T) {
 		t.Errorf("loss step incomplete: killed %d, detect %v, replace %v", rep.Killed, rep.DetectSeconds, rep.ReplaceSeconds)
 	}
 }
+
+// TestScaleProvisioned runs the provisioned harness small: the server
+// launches every instance for the service's tasks (daemon first), a 25%
+// rollout replaces all of them, and at the end exactly N instances are
+// left, every invariant holds and no rollout was left unfinished.
+func TestScaleProvisioned(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scale run skipped in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	n := max(10, *scaleN/4)
+	o := options{instances: n, inProcess: true, provisioned: true, drains: []float64{25}, work: t.TempDir(),
+		phaseTimeout: 4 * time.Minute, rolloutTimeout: 3 * time.Minute}
+	var out io.Writer = io.Discard
+	if testing.Verbose() {
+		out = os.Stderr
+	}
+	rep, err := run(ctx, o, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if testing.Verbose() {
+		printTable(os.Stderr, rep)
+	}
+	for _, v := range rep.Invariants {
+		t.Error("invariant:", v)
+	}
+	if rep.ProvisionSeconds <= 0 || rep.RolloutSeconds < 0 || len(rep.Rollouts) != 1 || rep.Rollouts[0].OnTarget != n {
+		t.Errorf("provisioned %v s, rollout %v s, rollouts %+v", rep.ProvisionSeconds, rep.RolloutSeconds, rep.Rollouts)
+	}
+}
