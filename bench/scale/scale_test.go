@@ -24,20 +24,7 @@ func TestScale(t *testing.T) {
 	defer cancel()
 	o := options{instances: *scaleN, inProcess: true, skipRollouts: true, work: t.TempDir(),
 		phaseTimeout: 4 * time.Minute, rolloutTimeout: time.Minute}
-	var out io.Writer = io.Discard
-	if testing.Verbose() {
-		out = os.Stderr
-	}
-	rep, err := run(ctx, o, out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if testing.Verbose() {
-		printTable(os.Stderr, rep)
-	}
-	for _, v := range rep.Invariants {
-		t.Error("invariant:", v)
-	}
+	rep := runHarness(t, ctx, o)
 	if rep.Killed != max(1, *scaleN/100) || rep.DetectSeconds < 0 || rep.ReplaceSeconds < 0 {
 		t.Errorf("loss step incomplete: killed %d, detect %v, replace %v", rep.Killed, rep.DetectSeconds, rep.ReplaceSeconds)
 	}
@@ -56,6 +43,16 @@ func TestScaleProvisioned(t *testing.T) {
 	n := max(10, *scaleN/4)
 	o := options{instances: n, inProcess: true, provisioned: true, drains: []float64{25}, work: t.TempDir(),
 		phaseTimeout: 4 * time.Minute, rolloutTimeout: 3 * time.Minute}
+	rep := runHarness(t, ctx, o)
+	if rep.ProvisionSeconds <= 0 || rep.RolloutSeconds < 0 || len(rep.Rollouts) != 1 || rep.Rollouts[0].OnTarget != n {
+		t.Errorf("provisioned %v s, rollout %v s, rollouts %+v", rep.ProvisionSeconds, rep.RolloutSeconds, rep.Rollouts)
+	}
+}
+
+// runHarness runs the harness, printing its log and table with -v, and
+// fails the test on every invariant violated.
+func runHarness(t *testing.T, ctx context.Context, o options) *Report {
+	t.Helper()
 	var out io.Writer = io.Discard
 	if testing.Verbose() {
 		out = os.Stderr
@@ -70,7 +67,5 @@ func TestScaleProvisioned(t *testing.T) {
 	for _, v := range rep.Invariants {
 		t.Error("invariant:", v)
 	}
-	if rep.ProvisionSeconds <= 0 || rep.RolloutSeconds < 0 || len(rep.Rollouts) != 1 || rep.Rollouts[0].OnTarget != n {
-		t.Errorf("provisioned %v s, rollout %v s, rollouts %+v", rep.ProvisionSeconds, rep.RolloutSeconds, rep.Rollouts)
-	}
+	return rep
 }
