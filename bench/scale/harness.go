@@ -169,6 +169,33 @@ func (h *harness) extension(ctx context.Context, op string, in, out any) error {
 	return json.Unmarshal(b, out)
 }
 
+// createDaemon registers the daemon's first revision and creates the
+// critical daemon on the run's capacity provider.
+func (h *harness) createDaemon(ctx context.Context) (string, error) {
+	td, err := h.daemonTaskDefinition(ctx, "example/node-agent:1")
+	if err != nil {
+		return "", err
+	}
+	d, err := h.c.CreateDaemon(ctx, &ecs.CreateDaemonInput{DaemonName: aws.String(daemonName), ClusterArn: aws.String(clusterName),
+		DaemonTaskDefinitionArn: aws.String(td), CapacityProviderArns: []string{h.cpArn}, Critical: aws.Bool(true)})
+	if err != nil {
+		return "", fmt.Errorf("create daemon: %w", err)
+	}
+	return aws.ToString(d.DaemonArn), nil
+}
+
+// waitWhole waits for n instances ACTIVE and connected, the daemon
+// RUNNING on each, and the services' 2n tasks RUNNING.
+func (h *harness) waitWhole(ctx context.Context, daemonArn string, n int, timeout time.Duration) error {
+	if err := h.waitInstances(ctx, n, timeout); err != nil {
+		return err
+	}
+	if err := h.waitDaemon(ctx, daemonArn, n, timeout); err != nil {
+		return err
+	}
+	return h.waitService(ctx, 2*n, timeout, nil)
+}
+
 // appTaskDefinition registers the services' task definition.
 func (h *harness) appTaskDefinition(ctx context.Context) (*ecs.RegisterTaskDefinitionOutput, error) {
 	app, err := h.c.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String(serviceName),

@@ -459,17 +459,11 @@ func measure(ctx context.Context, o options, h *harness, rep *Report) error {
 	}
 
 	// 2. The daemon on every instance.
-	td, err := h.daemonTaskDefinition(ctx, "example/node-agent:1")
+	t = time.Now()
+	daemonArn, err := h.createDaemon(ctx)
 	if err != nil {
 		return err
 	}
-	t = time.Now()
-	d, err := h.c.CreateDaemon(ctx, &ecs.CreateDaemonInput{DaemonName: aws.String(daemonName), ClusterArn: aws.String(clusterName),
-		DaemonTaskDefinitionArn: aws.String(td), CapacityProviderArns: []string{h.cpArn}, Critical: aws.Bool(true)})
-	if err != nil {
-		return fmt.Errorf("create daemon: %w", err)
-	}
-	daemonArn := aws.ToString(d.DaemonArn)
 	if err := h.waitDaemon(ctx, daemonArn, n, o.phaseTimeout); err != nil {
 		return err
 	}
@@ -535,16 +529,10 @@ func measureProvisioned(ctx context.Context, o options, h *harness, rep *Report)
 	if err := h.setup(ctx); err != nil {
 		return err
 	}
-	td, err := h.daemonTaskDefinition(ctx, "example/node-agent:1")
+	daemonArn, err := h.createDaemon(ctx)
 	if err != nil {
 		return err
 	}
-	d, err := h.c.CreateDaemon(ctx, &ecs.CreateDaemonInput{DaemonName: aws.String(daemonName), ClusterArn: aws.String(clusterName),
-		DaemonTaskDefinitionArn: aws.String(td), CapacityProviderArns: []string{h.cpArn}, Critical: aws.Bool(true)})
-	if err != nil {
-		return fmt.Errorf("create daemon: %w", err)
-	}
-	daemonArn := aws.ToString(d.DaemonArn)
 	app, err := h.appTaskDefinition(ctx)
 	if err != nil {
 		return err
@@ -554,13 +542,7 @@ func measureProvisioned(ctx context.Context, o options, h *harness, rep *Report)
 	if err := h.createServices(ctx, aws.ToString(app.TaskDefinition.TaskDefinitionArn), 2*n); err != nil {
 		return err
 	}
-	if err := h.waitInstances(ctx, n, o.phaseTimeout); err != nil {
-		return err
-	}
-	if err := h.waitDaemon(ctx, daemonArn, n, o.phaseTimeout); err != nil {
-		return err
-	}
-	if err := h.waitService(ctx, 2*n, o.phaseTimeout, nil); err != nil {
+	if err := h.waitWhole(ctx, daemonArn, n, o.phaseTimeout); err != nil {
 		return err
 	}
 	rep.ProvisionSeconds = time.Since(t).Seconds()
@@ -758,13 +740,7 @@ func (h *harness) loss(ctx context.Context, o options, rep *Report, daemonArn st
 	if err := h.launch(envs); err != nil {
 		return err
 	}
-	if err := h.waitInstances(ctx, n, o.phaseTimeout); err != nil {
-		return err
-	}
-	if err := h.waitDaemon(ctx, daemonArn, n, o.phaseTimeout); err != nil {
-		return err
-	}
-	if err := h.waitService(ctx, 2*n, o.phaseTimeout, nil); err != nil {
+	if err := h.waitWhole(ctx, daemonArn, n, o.phaseTimeout); err != nil {
 		return err
 	}
 	rep.ReplaceSeconds = time.Since(t).Seconds()

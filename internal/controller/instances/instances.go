@@ -95,29 +95,25 @@ func (r *Reconciler) succeeded(cp string) {
 
 // silentFor is how long the instance has been seen without a session.
 func (r *Reconciler) silentFor(id string, now time.Time) time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.silent == nil {
-		r.silent = map[string]time.Time{}
-	}
-	since, ok := r.silent[id]
-	if !ok {
-		r.silent[id] = now
-		return 0
-	}
-	return now.Sub(since)
+	return r.seenFor(&r.silent, id, now)
 }
 
 // activeFor is how long this leader has seen the instance ACTIVE.
 func (r *Reconciler) activeFor(id string, now time.Time) time.Duration {
+	return r.seenFor(&r.active, id, now)
+}
+
+// seenFor is how long ago id was first recorded in *seen, recording it now
+// if it was not.
+func (r *Reconciler) seenFor(seen *map[string]time.Time, id string, now time.Time) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.active == nil {
-		r.active = map[string]time.Time{}
+	if *seen == nil {
+		*seen = map[string]time.Time{}
 	}
-	since, ok := r.active[id]
+	since, ok := (*seen)[id]
 	if !ok {
-		r.active[id] = now
+		(*seen)[id] = now
 		return 0
 	}
 	return now.Sub(since)

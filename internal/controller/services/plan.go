@@ -227,25 +227,19 @@ func leaveReason(sp Spec, l live) Reason {
 
 // stopOrder puts the tasks to stop first in front: pending before RUNNING,
 // then newest first (the least proven go first).
-func stopOrder(ls []live) {
-	slices.SortStableFunc(ls, func(a, b live) int {
-		if a.running != b.running {
-			if a.running {
-				return 1
-			}
-			return -1
-		}
-		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
-			return c
-		}
-		if a.ID < b.ID {
-			return -1
-		}
-		if a.ID > b.ID {
+func stopOrder(ls []live) { slices.SortStableFunc(ls, stopFirst) }
+
+func stopFirst(a, b live) int {
+	if a.running != b.running {
+		if a.running {
 			return 1
 		}
-		return 0
-	})
+		return -1
+	}
+	if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
 }
 
 // leaveOrder is stopOrder, except that tasks on draining instances go
@@ -254,7 +248,6 @@ func stopOrder(ls []live) {
 // until an instance is empty, so its tasks go in that order and together,
 // not spread over every draining instance.
 func leaveOrder(ls []live) {
-	stopOrder(ls)
 	slices.SortStableFunc(ls, func(a, b live) int {
 		da, db := leaving(a.Instance), leaving(b.Instance)
 		switch {
@@ -263,13 +256,15 @@ func leaveOrder(ls []live) {
 				return -1
 			}
 			return 1
-		case !da:
-			return 0
+		case da:
+			if c := a.InstanceSince.Compare(b.InstanceSince); c != 0 {
+				return c
+			}
+			if c := strings.Compare(a.InstanceID, b.InstanceID); c != 0 {
+				return c
+			}
 		}
-		if c := a.InstanceSince.Compare(b.InstanceSince); c != 0 {
-			return c
-		}
-		return strings.Compare(a.InstanceID, b.InstanceID)
+		return stopFirst(a, b)
 	})
 }
 
