@@ -65,14 +65,9 @@ func startEmbeddedOnce(ctx context.Context, dir string) (*embedded, *clientv3.Cl
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	// Keep 30 to 60 seconds of history (etcd compacts every period, to the
-	// revision of one period ago): enough for this process's watch, the
-	// only one of an embedded member, to resume after a pause (a cache
-	// further behind reloads). Every kept write is in the database, which
-	// is mapped into this process: an hour grew it by 600 MiB in 12 minutes
-	// at 5,000 instances; two minutes still left ~1 GiB after three rollouts.
-	cfg.AutoCompactionMode = "periodic"
-	cfg.AutoCompactionRetention = "30s"
+	// The store compacts the history itself (compact.go), behind what its
+	// cache has applied; etcd's own periodic compaction is off.
+	cfg.AutoCompactionRetention = "0"
 	// A single member has no follower to catch up: keep fewer raft entries
 	// (whole transactions) in memory between snapshots.
 	cfg.SnapshotCount = 5000

@@ -33,6 +33,9 @@ type Config struct {
 	// Prefix namespaces every key; several Capstan installs may share one etcd.
 	Prefix string
 	Logger *slog.Logger
+	// CompactEvery is how often the embedded member's history is
+	// compacted (0: the default, CompactEvery).
+	CompactEvery time.Duration
 }
 
 // Store is a handle on the state.
@@ -48,6 +51,7 @@ type Store struct {
 	group     grouper
 	cancel    context.CancelFunc
 	done      chan struct{}
+	compacted atomic.Int64
 }
 
 // Open connects to etcd (starting the embedded member when no endpoints
@@ -91,7 +95,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.cancel = cancel
 	go func() {
 		defer close(s.done)
+		if s.embedded == nil {
+			s.cache.run(runCtx)
+			return
+		}
+		compacted := make(chan struct{})
+		every := cfg.CompactEvery
+		if every <= 0 {
+			every = CompactEvery
+		}
+		go func() { defer close(compacted); s.compact(runCtx, every) }()
 		s.cache.run(runCtx)
+		<-compacted
 	}()
 	return s, nil
 }

@@ -8,6 +8,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 type obj struct {
@@ -511,5 +514,75 @@ func TestWaitsGiveTheShareBack(t *testing.T) {
 	release()
 	if err := <-done; err != nil || held.Load() != 1 {
 		t.Fatalf("after the wait: %v, held %d", err, held.Load())
+	}
+}
+
+// The embedded member's history is compacted behind what the cache has
+// applied, and never past it: a cache held back keeps the history it
+// still has to read, and reads on without reloading once let go.
+func TestHistoryIsCompactedBehindTheCache(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := Open(ctx, Config{DataDir: t.TempDir(), CompactEvery: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first, err := s.Txn().Create("h/a", obj{N: 0}).Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := Get[obj](ctx, s, "h/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 20; i++ {
+		rev, err := s.Txn().Update("h/a", it.Rev, obj{N: i}).Commit(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		it.Rev = rev
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Compacted() <= first {
+		if time.Now().After(deadline) {
+			t.Fatalf("history not compacted past revision %d (at %d)", first, s.Compacted())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := s.client.Get(ctx, s.prefix+"h/a", clientv3.WithRev(first)); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("revision %d still readable after compaction: %v", first, err)
+	}
+
+	// Hold the cache back: writes go on, compaction must stop at it.
+	g := &gate{open: make(chan struct{})}
+	s.AddIndex("g/", g)
+	g.shut.Store(true)
+	held, err := s.Txn().Create("g/a", obj{N: 1}).Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for i := 0; i < 20; i++ {
+		if last, err = s.Txn().Create(fmt.Sprintf("h/%d", i), obj{N: i}).Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // several compaction periods
+	if c := s.Compacted(); c >= held {
+		t.Fatalf("compacted to %d while the cache had not applied %d", c, held)
+	}
+	close(g.open)
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelShort()
+	if it, err := Get[obj](short, s, "h/19"); err != nil || it.Rev != last {
+		t.Fatalf("after the cache was let go: %+v %v", it, err)
+	}
+	g.mu.Lock()
+	keys := g.keys
+	g.mu.Unlock()
+	if len(keys) != 1 { // a reload would have replayed g/a into the index again
+		t.Fatalf("index got %v: the cache reloaded", keys)
 	}
 }

@@ -1,0 +1,48 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+// CompactEvery is how often the store compacts the embedded member's
+// history, each time to the revision its cache had applied one period
+// earlier: 5 to 10 seconds of history are kept, and never less than the
+// cache's watch still needs. etcd's own periodic compaction keeps one to
+// two periods whatever the watch has read; at 30 s that was 600 to 700 MiB
+// of database (mapped into this process) after rollouts at 5,000
+// instances, of which ~100 MiB were live records.
+const CompactEvery = 5 * time.Second
+
+// compact runs until ctx ends. Only an embedded member is compacted this
+// way: an external cluster has other readers and its own settings.
+func (s *Store) compact(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var behind, done int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if behind > done {
+			_, err := s.client.Compact(ctx, behind)
+			switch {
+			case err == nil || errors.Is(err, rpctypes.ErrCompacted):
+				done = behind
+				s.compacted.Store(behind)
+			case ctx.Err() == nil:
+				s.log.Warn("compact etcd history", "rev", behind, "err", err)
+			}
+		}
+		behind = s.cache.revision()
+	}
+}
+
+// Compacted is the revision the store last compacted the embedded
+// member's history to (0: not yet, or an external cluster).
+func (s *Store) Compacted() int64 { return s.compacted.Load() }
