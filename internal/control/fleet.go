@@ -28,6 +28,9 @@ type fleet struct {
 	counts   sync.RWMutex
 	clusters map[string]*fleetCluster
 	managed  map[string]bool // agent access key → provisioned by Capstan
+	// registeredAs maps a managed credential's access key to the
+	// container instance it registered (none yet: absent).
+	registeredAs map[string]string
 }
 
 type fleetCluster struct {
@@ -35,7 +38,7 @@ type fleetCluster struct {
 	tasks     map[string]*fleetTask
 	// groups indexes tasks by group; waiting holds the tasks without an
 	// instance (waiting for capacity, or never placed).
-	groups  map[string]map[string]struct{}
+	groups  map[string]map[string]*fleetTask
 	waiting map[string]struct{}
 	// What DaemonCounts answers, kept as changes come (a walk over every
 	// instance per DescribeDaemon was the largest cost of a rollout watched
@@ -105,7 +108,7 @@ type fleetTask struct {
 }
 
 func newFleet() *fleet {
-	return &fleet{clusters: map[string]*fleetCluster{}, managed: map[string]bool{}}
+	return &fleet{clusters: map[string]*fleetCluster{}, managed: map[string]bool{}, registeredAs: map[string]string{}}
 }
 
 // attach registers the fleet with the store.
@@ -126,6 +129,7 @@ func (x fleetIndex) Reset() {
 	defer f.mu.Unlock()
 	if x.kind == "credentials/" {
 		clear(f.managed)
+		clear(f.registeredAs)
 		return
 	}
 	for _, c := range f.clusters {
@@ -163,7 +167,7 @@ func (f *fleet) cluster(name string) *fleetCluster {
 	c := f.clusters[name]
 	if c == nil {
 		c = &fleetCluster{instances: map[string]*fleetInstance{}, tasks: map[string]*fleetTask{},
-			groups: map[string]map[string]struct{}{}, waiting: map[string]struct{}{}, counts: &f.counts,
+			groups: map[string]map[string]*fleetTask{}, waiting: map[string]struct{}{}, counts: &f.counts,
 			cps: map[string]*cpStand{}, stands: map[string]map[string]*daemonStand{}, placedTasks: map[string]map[string]int{}}
 		f.counts.Lock()
 		f.clusters[name] = c
@@ -332,12 +336,19 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 			return
 		}
 		var c struct {
-			Managed bool `json:"managed"`
+			Managed    bool   `json:"managed"`
+			InstanceID string `json:"instanceId"`
 		}
 		if value == nil || codec.Unmarshal(value, &c) != nil || !c.Managed {
 			delete(f.managed, parts[1])
+			delete(f.registeredAs, parts[1])
+			return
+		}
+		f.managed[parts[1]] = true
+		if c.InstanceID != "" {
+			f.registeredAs[parts[1]] = c.InstanceID
 		} else {
-			f.managed[parts[1]] = true
+			delete(f.registeredAs, parts[1])
 		}
 	case "containerinstances/":
 		if len(parts) != 3 {
@@ -436,10 +447,10 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		defer c.recountTask(id)
 		g := c.groups[p.Group]
 		if g == nil {
-			g = map[string]struct{}{}
+			g = map[string]*fleetTask{}
 			c.groups[p.Group] = g
 		}
-		g[id] = struct{}{}
+		g[id] = t
 		t.group, t.instance, t.cp = p.Group, p.InstanceID, p.CP
 		t.last, t.desiredStatus = intern(p.LastStatus), intern(p.DesiredStatus)
 		t.health, t.stopCode, t.startedBy = p.Health, p.StopCode, p.StartedBy
@@ -518,22 +529,24 @@ func (s *Service) groupTasks(ctx context.Context, cluster, group string, sorted 
 	}
 	defer v.done()
 	c := v.cluster(cluster)
-	ids := make([]string, 0, len(c.groups[group]))
-	for id := range c.groups[group] {
-		ids = append(ids, id)
+	g := c.groups[group]
+	ts := make([]*fleetTask, 0, len(g))
+	for _, t := range g {
+		ts = append(ts, t)
 	}
 	if sorted {
-		slices.Sort(ids) // cheaper than sorting the tasks built from them
+		slices.SortFunc(ts, func(a, b *fleetTask) int { return strings.Compare(a.id, b.id) })
 	}
-	out := make([]services.Task, 0, len(ids))
-	for _, id := range ids {
-		t := c.tasks[id]
+	out := make([]services.Task, 0, len(ts))
+	for _, t := range ts {
+		id := t.id
 		pt := services.Task{ID: id, Deployment: t.startedBy, LastStatus: t.last, Desired: t.desiredStatus, Health: t.health,
 			StopCode: t.stopCode, CreatedAt: t.createdAt, StartedAt: t.startedAt, StoppedAt: t.stoppedAt}
-		switch fi := c.instances[t.instance]; {
-		case t.instance == "" && t.cp != "":
-			pt.Instance = services.WaitingForCapacity
-		case fi != nil && fi.rec && fi.status != "INACTIVE":
+		if t.instance == "" {
+			if t.cp != "" {
+				pt.Instance = services.WaitingForCapacity
+			}
+		} else if fi := c.instances[t.instance]; fi != nil && fi.rec && fi.status != "INACTIVE" {
 			pt.Instance, pt.InstanceID, pt.InstanceSince = fi.status, fi.id, fi.registeredAt
 		}
 		out = append(out, pt)

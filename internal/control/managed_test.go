@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -136,4 +137,82 @@ func slicesWaiting(t *testing.T, st *store.Store, tasks []store.Task) []store.Ta
 		}
 	}
 	return out
+}
+
+// RegisteredAs answers from the fleet view what InstanceOf reads from the
+// records, through a managed instance's life: launched, registered, its
+// resources used, deregistered, forgotten.
+func TestRegisteredAsAgreesWithTheRecords(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
+	m, cred, err := s.NewManagedInstance(ctx, ManagedInstance{ID: "m1", Cluster: "c", CapacityProvider: "cp", CPU: 2048, MemoryMiB: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agree := func(step string, wantRegistered bool) {
+		t.Helper()
+		ci, reg, err := s.InstanceOf(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, breg, err := s.RegisteredAs(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reg != wantRegistered || breg != reg {
+			t.Fatalf("%s: registered: records %v, fleet %v, want %v", step, reg, breg, wantRegistered)
+		}
+		if !reg {
+			return
+		}
+		cpu, mem := readResources(ci.RemainingResources).cpu, readResources(ci.RemainingResources).memory
+		want := InstanceBrief{Cluster: "c", ID: ci.ID, Arn: ci.ContainerInstanceArn, Status: ci.Status,
+			RegisteredAt: ci.RegisteredAt.Time, CPU: cpu, Memory: mem, Connected: s.Connected(ctx, "c", ci.ID)}
+		if !b.RegisteredAt.Equal(want.RegisteredAt) {
+			t.Fatalf("%s: registeredAt %v, records say %v", step, b.RegisteredAt, want.RegisteredAt)
+		}
+		b.RegisteredAt = want.RegisteredAt
+		if b != want {
+			t.Fatalf("%s: fleet says %+v, records %+v", step, b, want)
+		}
+	}
+	agree("launched", false)
+
+	ci := instanceRecord("i1", "REGISTERING", 2048, 4096)
+	ci.ContainerInstanceArn = s.arns.containerInstance("c", "i1")
+	ci.RegisteredAt = shapes.At(time.Now().Truncate(time.Millisecond))
+	cred.InstanceID = "i1"
+	credKey := store.CredentialKey(cred.AccessKeyID)
+	c, err := store.Get[store.AgentCredential](ctx, st, credKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := st.Txn().Update(credKey, c.Rev, cred).Create(store.ContainerInstanceKey("c", "i1"), ci).Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agree("registering", true)
+
+	ci.Status = "ACTIVE"
+	ci.RemainingResources = resources{cpu: 1024, memory: 1000}.shapes()
+	if rev, err = st.Txn().Update(store.ContainerInstanceKey("c", "i1"), rev, ci).Create(store.SessionKey("c", "i1"), store.Session{}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	agree("active with tasks and a session", true)
+
+	ci.Status = "INACTIVE"
+	if _, err = st.Txn().Update(store.ContainerInstanceKey("c", "i1"), rev, ci).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	agree("deregistered", true)
+
+	it, err := store.Get[ManagedInstance](ctx, st, ManagedInstanceKey("c", "m1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ForgetManagedInstance(ctx, it); err != nil {
+		t.Fatal(err)
+	}
+	agree("forgotten", false)
 }

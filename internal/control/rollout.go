@@ -75,7 +75,7 @@ func (f rolloutFleet) ReplacementStates(ctx context.Context, cluster string, ids
 		if m.Value.Terminating {
 			continue
 		}
-		ci, registered, err := f.s.InstanceOf(ctx, m.Value)
+		ci, registered, err := f.s.RegisteredAs(ctx, m.Value)
 		if err != nil {
 			return nil, err
 		}

@@ -363,8 +363,8 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 		case <-instSub.Ready():
 			instSub.Take()
 			// A deregistered instance loses its session.
-			ci, err := g.svc.Instance(ctx, s.cluster, s.instance)
-			if err == nil && ci.Status == "INACTIVE" || errors.Is(err, store.ErrNotFound) {
+			status, ok, err := g.svc.InstanceStatus(ctx, s.cluster, s.instance)
+			if err == nil && (!ok || status == "INACTIVE") {
 				send(ctx, s.conn, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "InstanceInactive", Message: "container instance was deregistered"}})
 				return errDeregistered
 			}

@@ -207,13 +207,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 	// Not knowing the daemons' need holds back launches only, not the
 	// instances' upkeep below.
 	dc, dm, needErr := r.Svc.DaemonsNeed(ctx, cp.Cluster, name)
-	starting := func(m control.ManagedInstance, ci store.ContainerInstance, registered bool) {
+	starting := func(m control.ManagedInstance, ci control.InstanceBrief, registered bool) {
 		b := bin{cpu: m.CPU - dc, mem: m.MemoryMiB - dm}
 		if registered {
 			// Tasks may be placed already; a daemon not yet placed is not
 			// in the remaining resources.
-			c, mm := control.RemainingRoom(ci)
-			b = bin{cpu: min(b.cpu, c), mem: min(b.mem, mm)}
+			b = bin{cpu: min(b.cpu, ci.CPU), mem: min(b.mem, ci.Memory)}
 		}
 		room = append(room, b)
 	}
@@ -229,7 +228,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 		}
 	}()
 	for _, m := range managed {
-		ci, registered, err := r.Svc.InstanceOf(ctx, m.Value)
+		ci, registered, err := r.Svc.RegisteredAs(ctx, m.Value)
 		if err != nil {
 			return 0, err
 		}
@@ -237,7 +236,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 		if err != nil {
 			return 0, err
 		}
-		if !registered || ci.Status == "INACTIVE" || r.Svc.Connected(ctx, ci.Cluster, ci.ID) {
+		if !registered || ci.Status == "INACTIVE" || ci.Connected {
 			r.heard(m.Value.ID)
 		}
 		switch {
@@ -254,7 +253,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 			retire = append(retire, retirement{m, registered, ci, "instance retired"})
 		case m.Value.Handle != "" && !alive:
 			// The instance is gone: its tasks cannot run any more.
-			r.Log.Warn("managed instance lost", "instance", m.Value.ID, "container_instance", ci.ContainerInstanceArn)
+			r.Log.Warn("managed instance lost", "instance", m.Value.ID, "container_instance", ci.Arn)
 			if now.Sub(m.Value.LaunchedAt) < time.Minute {
 				r.failed(name, now)
 			}
@@ -271,14 +270,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 		case ci.Status == "REGISTERING":
 			starting(m.Value, ci, true)
 			later(time.Second)
-		case ci.Status == "ACTIVE" && !r.Svc.Connected(ctx, ci.Cluster, ci.ID) && now.Sub(ci.RegisteredAt.Time) < LostAfter:
+		case ci.Status == "ACTIVE" && !ci.Connected && now.Sub(ci.RegisteredAt) < LostAfter:
 			// Just registered, its session is not up yet: it takes tasks soon.
 			starting(m.Value, ci, true)
 			later(time.Second)
-		case !r.Svc.Connected(ctx, ci.Cluster, ci.ID) && r.silentFor(m.Value.ID, now) >= LostAfter:
-			r.Log.Warn("managed instance lost: its agent has no session", "instance", m.Value.ID, "container_instance", ci.ContainerInstanceArn, "silent_for", r.silentFor(m.Value.ID, now).Round(time.Second))
+		case !ci.Connected && r.silentFor(m.Value.ID, now) >= LostAfter:
+			r.Log.Warn("managed instance lost: its agent has no session", "instance", m.Value.ID, "container_instance", ci.Arn, "silent_for", r.silentFor(m.Value.ID, now).Round(time.Second))
 			retire = append(retire, retirement{m, registered, ci, "instance lost: agent silent"})
-		case !r.Svc.Connected(ctx, ci.Cluster, ci.ID):
+		case !ci.Connected:
 			later(LostAfter - r.silentFor(m.Value.ID, now) + 100*time.Millisecond)
 		case ci.Status == "ACTIVE":
 			r.succeeded(name)
@@ -371,7 +370,7 @@ const freshFor = 30 * time.Second
 type retirement struct {
 	m          store.Item[control.ManagedInstance]
 	registered bool
-	ci         store.ContainerInstance
+	ci         control.InstanceBrief
 	reason     string
 }
 
@@ -512,7 +511,7 @@ func (r *Reconciler) start(ctx context.Context, it store.Item[control.ManagedIns
 
 // scaleIn drains an instance without application tasks once it has been
 // idle for the capacity provider's scaleInAfter.
-func (r *Reconciler) scaleIn(ctx context.Context, cp store.CapacityProvider, m store.Item[control.ManagedInstance], ci store.ContainerInstance, now time.Time, later func(time.Duration)) error {
+func (r *Reconciler) scaleIn(ctx context.Context, cp store.CapacityProvider, m store.Item[control.ManagedInstance], ci control.InstanceBrief, now time.Time, later func(time.Duration)) error {
 	after := DefaultScaleInAfter
 	if mip := cp.ManagedInstancesProvider; mip != nil && mip.InfrastructureOptimization != nil && mip.InfrastructureOptimization.ScaleInAfter != nil {
 		v := *mip.InfrastructureOptimization.ScaleInAfter
@@ -542,7 +541,7 @@ func (r *Reconciler) scaleIn(ctx context.Context, cp store.CapacityProvider, m s
 		later(after)
 		return r.Svc.UpdateManagedInstance(ctx, m)
 	case now.Sub(m.Value.IdleSince) >= after:
-		r.Log.Info("scaling in idle instance", "instance", ci.ContainerInstanceArn, "idle_for", now.Sub(m.Value.IdleSince).Round(time.Second))
+		r.Log.Info("scaling in idle instance", "instance", ci.Arn, "idle_for", now.Sub(m.Value.IdleSince).Round(time.Second))
 		return r.Svc.SetInstanceStatus(ctx, ci.Cluster, ci.ID, "DRAINING", "scale-in: no application tasks for "+after.String())
 	default:
 		later(after - now.Sub(m.Value.IdleSince))
@@ -552,7 +551,7 @@ func (r *Reconciler) scaleIn(ctx context.Context, cp store.CapacityProvider, m s
 
 // terminate deregisters (forcing: its tasks are recorded STOPPED),
 // terminates through the provisioner and forgets the instance.
-func (r *Reconciler) terminate(ctx context.Context, m store.Item[control.ManagedInstance], registered bool, ci store.ContainerInstance, reason string) error {
+func (r *Reconciler) terminate(ctx context.Context, m store.Item[control.ManagedInstance], registered bool, ci control.InstanceBrief, reason string) error {
 	if !m.Value.Terminating {
 		m.Value.Terminating, m.Value.Reason = true, reason
 		if err := r.Svc.UpdateManagedInstance(ctx, m); err != nil {
