@@ -377,19 +377,25 @@ var errDeregistered = errors.New("container instance was deregistered")
 // receive handles what the agent sends; any message proves it alive.
 func (g *Gateway) receive(ctx context.Context, s *session, lease *store.Lease) error {
 	renewed := time.Now() // granted just before
+	// One watchdog for the session, pushed back by every message, instead
+	// of a context and timer per read: thousands of sessions report at once.
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	silent := fmt.Errorf("agent silent for %s", protocol.SilenceLimit)
+	watchdog := time.AfterFunc(protocol.SilenceLimit, func() { cancel(silent) })
+	defer watchdog.Stop()
 	for {
-		rctx, cancel := context.WithTimeout(ctx, protocol.SilenceLimit)
 		_, b, err := s.conn.Read(rctx)
-		cancel()
 		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-				return fmt.Errorf("agent silent for %s", protocol.SilenceLimit)
+			if errors.Is(context.Cause(rctx), silent) && ctx.Err() == nil {
+				return silent
 			}
 			if errors.Is(err, io.EOF) || websocket.CloseStatus(err) != -1 {
 				return nil
 			}
 			return err
 		}
+		watchdog.Reset(protocol.SilenceLimit)
 		p := &place{a: g.work}
 		if err := p.enter(ctx); err != nil {
 			return err
