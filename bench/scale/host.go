@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -348,6 +350,13 @@ func (p *hostProvisioner) Alive(_ context.Context, handle string) (bool, error) 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.alive[handle], nil
+}
+
+// handles are the instances launched and not terminated, sorted.
+func (p *hostProvisioner) handles() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.alive))
 }
 
 // launched counts the instances launched and not terminated.

@@ -26,6 +26,9 @@
 //     (detection); then, as an operator's automation would, each lost
 //     instance is deregistered and a new one launched → the service back
 //     at 2N RUNNING tasks and the daemon on every instance (replacement).
+//     With -provisioned the server replaces them itself: it gives up on an
+//     instance LostAfter without a session, terminates it and launches
+//     another (replacement ends when the provider holds N again).
 //
 // It prints a table and, with -json, writes the report. Server RSS and CPU
 // are this process's (server, etcd and the measuring client); the hollow
@@ -45,6 +48,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -579,7 +583,7 @@ func measureProvisioned(ctx context.Context, o options, h *harness, rep *Report)
 		}
 		rep.Invariants = append(rep.Invariants, problems...)
 	}
-	return nil
+	return h.lossProvisioned(ctx, o, rep, daemonArn)
 }
 
 // profile starts the CPU profile when it covers phase ("" for the whole
@@ -687,30 +691,63 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 // loss kills 1% of the instances and measures detection and replacement.
 func (h *harness) loss(ctx context.Context, o options, rep *Report, daemonArn string) error {
 	n := o.instances
-	k := max(1, n/100)
 	h.mu.Lock()
+	handles := slices.Clone(h.handles)
+	h.mu.Unlock()
+	arns, t, err := h.kill(ctx, o, rep, handles)
+	if err != nil {
+		return err
+	}
+	for _, a := range arns {
+		if _, err := h.c.DeregisterContainerInstance(ctx, &ecs.DeregisterContainerInstanceInput{Cluster: aws.String(clusterName),
+			ContainerInstance: aws.String(a), Force: aws.Bool(true)}); err != nil {
+			return fmt.Errorf("deregister %s: %w", a, err)
+		}
+	}
+	envs, err := h.credentials(ctx, len(arns))
+	if err != nil {
+		return err
+	}
+	if err := h.launch(envs); err != nil {
+		return err
+	}
+	if err := h.waitWhole(ctx, daemonArn, n, o.phaseTimeout); err != nil {
+		return err
+	}
+	rep.ReplaceSeconds = time.Since(t).Seconds()
+	h.logf("replaced in %.1fs", rep.ReplaceSeconds)
+	problems, err := h.invariants(ctx, n, 2*n)
+	if err != nil {
+		return err
+	}
+	rep.Invariants = append(rep.Invariants, problems...)
+	return nil
+}
+
+// kill kills 1% of the instances of handles (spread over them) at once
+// and waits until the server reports every one disconnected.
+func (h *harness) kill(ctx context.Context, o options, rep *Report, handles []string) (arns []string, killedAt time.Time, err error) {
+	k := max(1, o.instances/100)
 	var victims []string
 	for i := range k {
-		victims = append(victims, h.handles[i*len(h.handles)/k])
+		victims = append(victims, handles[i*len(handles)/k])
 	}
-	h.mu.Unlock()
-	var arns []string
 	for _, v := range victims {
 		a, err := h.host.Arn(v)
 		if err != nil || a == "" {
-			return fmt.Errorf("instance of %s: %q %v", v, a, err)
+			return nil, killedAt, fmt.Errorf("instance of %s: %q %v", v, a, err)
 		}
 		arns = append(arns, a)
 	}
 	rep.Killed = k
-	t := time.Now()
+	killedAt = time.Now()
 	for _, v := range victims {
 		if err := h.host.Kill(v); err != nil {
-			return fmt.Errorf("kill %s: %w", v, err)
+			return nil, killedAt, fmt.Errorf("kill %s: %w", v, err)
 		}
 	}
 	h.logf("killed %d instances", k)
-	err := until(ctx, o.phaseTimeout, 100*time.Millisecond, "lost instances reported disconnected", func(ctx context.Context) (bool, error) {
+	err = until(ctx, o.phaseTimeout, 100*time.Millisecond, "lost instances reported disconnected", func(ctx context.Context) (bool, error) {
 		cis, err := h.describeInstances(ctx, arns)
 		if err != nil {
 			return false, err
@@ -723,28 +760,47 @@ func (h *harness) loss(ctx context.Context, o options, rep *Report, daemonArn st
 		return true, nil
 	})
 	if err != nil {
-		return err
+		return nil, killedAt, err
 	}
-	rep.DetectSeconds = time.Since(t).Seconds()
+	rep.DetectSeconds = time.Since(killedAt).Seconds()
 	h.logf("loss detected in %.2fs", rep.DetectSeconds)
-	for _, a := range arns {
-		if _, err := h.c.DeregisterContainerInstance(ctx, &ecs.DeregisterContainerInstanceInput{Cluster: aws.String(clusterName),
-			ContainerInstance: aws.String(a), Force: aws.Bool(true)}); err != nil {
-			return fmt.Errorf("deregister %s: %w", a, err)
-		}
-	}
-	envs, err := h.credentials(ctx, k)
+	return arns, killedAt, nil
+}
+
+// lossProvisioned kills 1% of the instances the server provisioned: their
+// agents and containers stop, the machines stay (the provider does not
+// report them gone). The server must notice, give up on them after
+// LostAfter without a session, terminate them and launch replacements on
+// its own: replacement is until the service and the daemon are whole on N
+// instances and the provider holds exactly N.
+func (h *harness) lossProvisioned(ctx context.Context, o options, rep *Report, daemonArn string) error {
+	n := o.instances
+	arns, t, err := h.kill(ctx, o, rep, h.prov.handles())
 	if err != nil {
-		return err
-	}
-	if err := h.launch(envs); err != nil {
 		return err
 	}
 	if err := h.waitWhole(ctx, daemonArn, n, o.phaseTimeout); err != nil {
 		return err
 	}
+	if err := until(ctx, o.phaseTimeout, 250*time.Millisecond, "lost instances terminated", func(ctx context.Context) (bool, error) {
+		if h.prov.launched() != n {
+			return false, nil
+		}
+		cis, err := h.describeInstances(ctx, arns)
+		if err != nil {
+			return false, err
+		}
+		for _, ci := range cis {
+			if aws.ToString(ci.Status) != "INACTIVE" {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return err
+	}
 	rep.ReplaceSeconds = time.Since(t).Seconds()
-	h.logf("replaced in %.1fs", rep.ReplaceSeconds)
+	h.logf("replaced by the server in %.1fs", rep.ReplaceSeconds)
 	problems, err := h.invariants(ctx, n, 2*n)
 	if err != nil {
 		return err

@@ -32,8 +32,9 @@ func TestScale(t *testing.T) {
 
 // TestScaleProvisioned runs the provisioned harness small: the server
 // launches every instance for the service's tasks (daemon first), a 25%
-// rollout replaces all of them, and at the end exactly N instances are
-// left, every invariant holds and no rollout was left unfinished.
+// rollout replaces all of them, 1% of them die and the server replaces
+// them itself, and at the end exactly N instances are left, every
+// invariant holds and no rollout was left unfinished.
 func TestScaleProvisioned(t *testing.T) {
 	if testing.Short() {
 		t.Skip("scale run skipped in -short mode")
@@ -46,6 +47,9 @@ func TestScaleProvisioned(t *testing.T) {
 	rep := runHarness(t, ctx, o)
 	if rep.ProvisionSeconds <= 0 || rep.RolloutSeconds < 0 || len(rep.Rollouts) != 1 || rep.Rollouts[0].OnTarget != n {
 		t.Errorf("provisioned %v s, rollout %v s, rollouts %+v", rep.ProvisionSeconds, rep.RolloutSeconds, rep.Rollouts)
+	}
+	if rep.Killed != max(1, n/100) || rep.DetectSeconds < 0 || rep.ReplaceSeconds < 0 {
+		t.Errorf("loss step incomplete: killed %d, detect %v, replace %v", rep.Killed, rep.DetectSeconds, rep.ReplaceSeconds)
 	}
 }
 
