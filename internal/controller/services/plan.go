@@ -92,8 +92,10 @@ func MaxTasks(desired, percent int) int { return desired * percent / 100 }
 // Instance statuses whose tasks must move elsewhere.
 func leaving(status string) bool { return status == "DRAINING" || status == "DEREGISTERING" }
 
+// live points at its task: a pass over thousands of tasks copied each
+// one into its list (most of the planning's time and garbage).
 type live struct {
-	Task
+	*Task
 	running, unhealthy bool
 }
 
@@ -116,10 +118,13 @@ func Decide(sp Spec, tasks []Task, now time.Time) Plan {
 	minHealthy := MinHealthy(desired, sp.MinimumHealthyPercent)
 	maxTasks := MaxTasks(desired, sp.MaximumPercent)
 
-	var keepers, leavers []live
+	keepers := make([]live, 0, min(len(tasks), desired+1))
+	var leavers []live
 	present, stopping, healthy := 0, 0, 0
-	byDeployment := map[string]int{}
-	for _, t := range tasks {
+	// Tasks present of each older deployment: one without any is drained.
+	others := make([]int, len(sp.Others))
+	for i := range tasks {
+		t := &tasks[i]
 		if t.LastStatus == "STOPPED" {
 			continue
 		}
@@ -130,7 +135,11 @@ func Decide(sp Spec, tasks []Task, now time.Time) Plan {
 			continue
 		}
 		present++
-		byDeployment[t.Deployment]++
+		for j, d := range sp.Others {
+			if t.Deployment == d {
+				others[j]++
+			}
+		}
 		if t.Desired == "STOPPED" {
 			stopping++
 			continue
@@ -198,8 +207,8 @@ func Decide(sp Spec, tasks []Task, now time.Time) Plan {
 
 	allRunning := !slices.ContainsFunc(keepers, func(l live) bool { return !l.running })
 	p.Steady = len(keepers) == desired && allRunning && present == desired && len(leavers) == 0 && len(p.Stops) == 0
-	for _, d := range sp.Others {
-		if d != sp.Primary && byDeployment[d] == 0 {
+	for j, d := range sp.Others {
+		if d != sp.Primary && others[j] == 0 {
 			p.Drained = append(p.Drained, d)
 		}
 	}

@@ -242,3 +242,30 @@ func TestDrainingStopsGoInstanceByInstance(t *testing.T) {
 		t.Fatalf("stops %v, want the longest-registered draining instance's tasks o1 and o2", got)
 	}
 }
+
+// BenchmarkDecide plans a service of 5,000 tasks in the middle of a
+// replacement rollout: a quarter on draining instances, some pending
+// replacements, some stopped.
+func BenchmarkDecide(b *testing.B) {
+	var tasks []Task
+	for i := range 5000 {
+		inst := "ACTIVE"
+		if i%4 == 0 {
+			inst = "DRAINING"
+		}
+		t := task(fmt.Sprintf("t%05d", i), "new", "RUNNING", inst, time.Duration(i)*time.Second)
+		t.InstanceID, t.InstanceSince = fmt.Sprintf("i%05d", i/2), t.CreatedAt
+		tasks = append(tasks, t)
+	}
+	for i := range 600 {
+		tasks = append(tasks, task(fmt.Sprintf("p%05d", i), "new", "PENDING", "ACTIVE", 0))
+	}
+	for i := range 2000 {
+		tasks = append(tasks, failed(fmt.Sprintf("s%05d", i), "new", time.Hour))
+	}
+	sp := specOf(5000, 100, 200)
+	b.ReportAllocs()
+	for b.Loop() {
+		Decide(sp, tasks, t0)
+	}
+}
