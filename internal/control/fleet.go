@@ -515,14 +515,15 @@ func (c *fleetCluster) daemonOn(fi *fleetInstance, daemon string) (rev string, r
 
 // PlanTasks are a group's tasks as the services controller plans with
 // them (stopped ones included), from the fleet view: a service's tasks
-// without decoding the cluster's task records on every reconcile.
-func (s *Service) PlanTasks(ctx context.Context, cluster, group string) ([]services.Task, error) {
-	return s.groupTasks(ctx, cluster, group, true)
+// without decoding the cluster's task records on every reconcile. They
+// are appended to buf, which the caller may reuse between passes.
+func (s *Service) PlanTasks(ctx context.Context, cluster, group string, buf []services.Task) ([]services.Task, error) {
+	return s.groupTasks(ctx, cluster, group, true, buf)
 }
 
 // groupTasks are a group's tasks, by ID when sorted; unsorted for counts
 // (DescribeServices, polled while thousands of tasks start).
-func (s *Service) groupTasks(ctx context.Context, cluster, group string, sorted bool) ([]services.Task, error) {
+func (s *Service) groupTasks(ctx context.Context, cluster, group string, sorted bool, buf []services.Task) ([]services.Task, error) {
 	v, err := s.fleetView(ctx)
 	if err != nil {
 		return nil, err
@@ -537,7 +538,7 @@ func (s *Service) groupTasks(ctx context.Context, cluster, group string, sorted 
 	if sorted {
 		slices.SortFunc(ts, func(a, b *fleetTask) int { return strings.Compare(a.id, b.id) })
 	}
-	out := make([]services.Task, 0, len(ts))
+	out := slices.Grow(buf[:0], len(ts))
 	for _, t := range ts {
 		id := t.id
 		pt := services.Task{ID: id, Deployment: t.startedBy, LastStatus: t.last, Desired: t.desiredStatus, Health: t.health,

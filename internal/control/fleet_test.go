@@ -139,7 +139,7 @@ func TestFleetReadsItsWrites(t *testing.T) {
 	if _, err := st.Txn().Create(store.TaskKey("c", "t1"), task).Create(store.DesiredKey("c", "i1", "t1"), map[string]string{"group": "service:web"}).Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.PlanTasks(ctx, "c", "service:web")
+	got, err := s.PlanTasks(ctx, "c", "service:web", nil)
 	if err != nil || len(got) != 1 {
 		t.Fatalf("PlanTasks = %+v, %v", got, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
@@ -33,9 +34,14 @@ type Tasks interface {
 	// StopServiceTasks stops tasks, each still at the revision given.
 	StopServiceTasks(ctx context.Context, svc store.Item[store.Service], tasks []store.Item[store.Task], reason string) error
 	// PlanTasks are the tasks of a group (stopped ones included) as
-	// planning reads them, current with every write this process made.
-	PlanTasks(ctx context.Context, cluster, group string) ([]Task, error)
+	// planning reads them, current with every write this process made,
+	// appended to buf.
+	PlanTasks(ctx context.Context, cluster, group string, buf []Task) ([]Task, error)
 }
+
+// taskLists are the task lists of passes, reused: a pass over a service
+// of thousands of tasks otherwise allocates the whole list each time.
+var taskLists sync.Pool
 
 // Reconciler applies Decide to one service per call.
 type Reconciler struct {
@@ -186,7 +192,16 @@ func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, bool,
 		requeue, err := r.expire(ctx, it, now)
 		return requeue, acted, err
 	}
-	tasks, err := r.Tasks.PlanTasks(ctx, svc.Cluster, "service:"+svc.ServiceName)
+	buf, _ := taskLists.Get().(*[]Task)
+	if buf == nil {
+		buf = new([]Task)
+	}
+	tasks, err := r.Tasks.PlanTasks(ctx, svc.Cluster, "service:"+svc.ServiceName, *buf)
+	defer func() {
+		clear(tasks) // their strings are not kept alive by the pool
+		*buf = tasks[:0]
+		taskLists.Put(buf)
+	}()
 	if err != nil {
 		return 0, acted, err
 	}
