@@ -104,8 +104,30 @@ func TestFleetFollowsRecords(t *testing.T) {
 		t.Fatal("instance entry dropped (or kept as recorded) while its manifest still has a task")
 	}
 	del("desired/", "desired/c/i1/t1")
+	if c.instances["i1"] == nil {
+		t.Fatal("instance entry dropped while tasks still point at it")
+	}
+	// A record coming back is the entry the tasks point at.
+	put("containerinstances/", "containerinstances/c/i1", instanceRecord("i1", "DRAINING", 1, 1))
+	if t1 := c.tasks["t1"]; t1.inst != c.instances["i1"] || t1.inst.status != "DRAINING" {
+		t.Fatal("a task points at a stale instance entry")
+	}
+	del("containerinstances/", "containerinstances/c/i1")
+	del("tasks/", "tasks/c/t1")
+	if c.instances["i1"] == nil {
+		t.Fatal("instance entry dropped while t9 still points at it")
+	}
+	put("tasks/", "tasks/c/t9", map[string]string{"group": "daemon:agent", "capstanInstanceId": "i3", "lastStatus": "STOPPED", "desiredStatus": "STOPPED"})
 	if c.instances["i1"] != nil {
 		t.Fatal("instance entry kept with nothing referring to it")
+	}
+	if fi := c.instances["i3"]; fi == nil || c.tasks["t9"].inst != fi || fi.refs != 1 {
+		t.Fatalf("a task moved to another instance points at %+v", c.tasks["t9"].inst)
+	}
+	// A reset of the tasks drops what only they referred to.
+	fleetIndex{f: f, kind: "tasks/"}.Reset()
+	if c.instances["i3"] != nil || len(c.tasks) != 0 {
+		t.Fatal("after a task reset, an entry only a task referred to stays")
 	}
 
 	// A reset (the cache reloaded) forgets one kind and keeps the others.

@@ -673,7 +673,7 @@ func (s *Service) serviceEvents(ctx context.Context, svc store.Service) ([]shape
 func (s *Service) tasksByGroup(ctx context.Context, cluster string, groups ...string) (map[string][]services.Task, error) {
 	m := map[string][]services.Task{}
 	for _, g := range groups {
-		ts, err := s.groupTasks(ctx, cluster, g, false, nil)
+		ts, err := s.groupTasks(ctx, cluster, g, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -307,7 +307,12 @@ func Throttle(deployment string, tasks []Task, now time.Time) (failures int, unt
 			mine = append(mine, &tasks[i])
 		}
 	}
-	slices.SortFunc(mine, func(a, b *Task) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	slices.SortFunc(mine, func(a, b *Task) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID) // the same whatever order tasks come in
+	})
 	var last time.Time
 	for _, t := range mine {
 		started := !t.StartedAt.IsZero()
