@@ -105,12 +105,12 @@ type fleetTask struct {
 	id, group, instance, cp string
 	// inst is the entry of instance (nil without one): planning reads the
 	// instance of each of thousands of tasks on every pass.
-	inst                    *fleetInstance
-	last, desiredStatus     string
-	health, stopCode        string
-	startedBy               string
-	createdAt, startedAt    time.Time
-	stoppedAt               time.Time
+	inst                 *fleetInstance
+	last, desiredStatus  string
+	health, stopCode     string
+	startedBy            string
+	createdAt, startedAt time.Time
+	stoppedAt            time.Time
 }
 
 func newFleet() *fleet {

@@ -120,8 +120,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		w := World{Current: err == nil && daemon.Value.DeploymentArn == dep.DaemonDeploymentArn, Now: r.Now(), Deadline: r.ProgressDeadline,
 			MaxOps: r.Store.MaxTxnOps() - 8}
 		var rollbackTo *store.DaemonRevision
+		// The pass reads the whole fleet and every entry of a window of
+		// thousands: it waits once for this process's writes to reach the
+		// cache, not before each read (passes of 30 s at 5,000 instances,
+		// waiting out the agents' reports in between). Its write is checked
+		// against the revisions read, so a stale read costs a retry.
+		rctx, err := r.Store.ReadOnly(ctx)
+		if err != nil {
+			return 0, err
+		}
 		if w.Current {
-			if err := r.look(ctx, dep, &w); err != nil {
+			if err := r.look(rctx, dep, &w); err != nil {
 				return 0, err
 			}
 			if dep.Status == "STOP_REQUESTED" && dep.Rollback != nil && dep.Rollback.RollbackTargetDaemonRevisionArn != "" {
@@ -140,7 +149,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		next := dec.Dep
 		tx := r.Store.Txn()
 		for _, s := range dec.Start {
-			e, err := r.Fleet.Replace(ctx, tx, next, s)
+			e, err := r.Fleet.Replace(rctx, tx, next, s)
 			if err != nil {
 				return 0, err
 			}
