@@ -101,6 +101,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 	// the whole fleet in ~40 ms, and a rolling window always has changes.
 	begun := time.Now()
 	defer func() { r.pacer.Rest(key, min(passSpacing*time.Since(begun), Poll)) }()
+	// Where a long pass spends its time, at debug level.
+	var st passStats
+	defer func() {
+		if st.writes > 0 || st.conflicts > 0 {
+			r.Log.Debug("deployment pass", "key", key, "writes", st.writes, "conflicts", st.conflicts, "started", st.started,
+				"looking", st.looking, "replacing", st.replacing, "committing", st.committing, "took", time.Since(begun))
+		}
+	}()
 	for {
 		it, err := store.Get[store.DaemonDeployment](ctx, r.Store, key)
 		if errors.Is(err, store.ErrNotFound) {
@@ -130,9 +138,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			return 0, err
 		}
 		if w.Current {
+			t0 := time.Now()
 			if err := r.look(rctx, dep, &w); err != nil {
 				return 0, err
 			}
+			st.looking += time.Since(t0)
 			if dep.Status == "STOP_REQUESTED" && dep.Rollback != nil && dep.Rollback.RollbackTargetDaemonRevisionArn != "" {
 				rev, err := store.Get[store.DaemonRevision](ctx, r.Store, store.DaemonRevisionKey(dep.Cluster, dep.Daemon, lastSegment(dep.Rollback.RollbackTargetDaemonRevisionArn)))
 				if err != nil {
@@ -148,6 +158,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		}
 		next := dec.Dep
 		tx := r.Store.Txn()
+		t0 := time.Now()
 		for _, s := range dec.Start {
 			e, err := r.Fleet.Replace(rctx, tx, next, s)
 			if err != nil {
@@ -155,6 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			}
 			next.Rollout.Replacing = append(next.Rollout.Replacing, e)
 		}
+		st.replacing += time.Since(t0)
 		if !InFlight(next.Status) && w.Current {
 			if err := r.Fleet.Snapshot(ctx, &next); err != nil {
 				return 0, err
@@ -178,12 +190,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			tx.Delete(daemon.Key, daemon.Rev)
 			removed = true
 		}
-		if _, err := tx.Commit(ctx); err != nil {
+		t0 = time.Now()
+		_, err = tx.Commit(ctx)
+		st.committing += time.Since(t0)
+		if err != nil {
 			if errors.Is(err, store.ErrConflict) {
+				st.conflicts++
 				continue
 			}
 			return 0, err
 		}
+		st.writes++
+		st.started += len(dec.Start)
 		if dep.Status != next.Status {
 			r.Log.Info("daemon deployment", "deployment", dep.DaemonDeploymentArn, "from", dep.Status, "to", next.Status, "reason", next.StatusReason)
 		}
@@ -203,6 +221,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			return dec.Requeue, nil
 		}
 	}
+}
+
+type passStats struct {
+	writes, conflicts, started     int
+	looking, replacing, committing time.Duration
 }
 
 // look fills the world of a current deployment.

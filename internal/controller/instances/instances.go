@@ -231,8 +231,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 		// Terminations and launches go out side by side: each is a
 		// provisioner call and writes in sequence, and a rollout retires
 		// and asks for hundreds at once.
+		t0 := time.Now()
 		if !r.actAll(ctx, cp.Cluster, name, retire, replacements, sizes, now) && (next == 0 || next > time.Second) {
 			next = time.Second
+		}
+		if n := len(retire) + len(replacements) + len(sizes); n > 0 {
+			r.Log.Debug("instances pass acted", "capacity_provider", name, "terminated", len(retire), "replacements", len(replacements),
+				"launched", len(sizes), "acting", time.Since(t0), "managed", len(managed))
 		}
 	}()
 	for _, m := range managed {
