@@ -586,3 +586,34 @@ func TestHistoryIsCompactedBehindTheCache(t *testing.T) {
 		t.Fatalf("index got %v: the cache reloaded", keys)
 	}
 }
+
+// A write's OnCommit hooks run side by side (each waits for the other
+// here) and Commit returns only once all of them have.
+func TestCommitHooksRunTogether(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	a, b := make(chan struct{}), make(chan struct{})
+	var met, done atomic.Int32
+	meet := func(mine, theirs chan struct{}) func() {
+		return func() {
+			close(mine)
+			select {
+			case <-theirs:
+				met.Add(1)
+			case <-time.After(5 * time.Second):
+			}
+			done.Add(1)
+		}
+	}
+	if _, err := s.Txn().Create("hooks/1", obj{N: 1}).OnCommit(meet(a, b)).OnCommit(meet(b, a)).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if done.Load() != 2 {
+		t.Fatalf("Commit returned with %d of 2 hooks done", done.Load())
+	}
+	if met.Load() != 2 {
+		t.Fatal("the hooks ran one after the other")
+	}
+}
