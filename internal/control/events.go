@@ -98,7 +98,7 @@ func (e *Emitter) Emit(ctx context.Context, cluster string, ev events.Event) err
 	if ev.Resources == nil {
 		ev.Resources = []string{}
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), emitTimeout)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), emitTimeout)
 	defer cancel()
 	p := &pendingEvent{cluster: cluster, ev: ev, bucket: now.Truncate(eventBucket).Unix(), done: make(chan error, 1)}
 	e.mu.Lock()
@@ -108,12 +108,17 @@ func (e *Emitter) Emit(ctx context.Context, cluster string, ev events.Event) err
 		go e.write()
 	}
 	e.mu.Unlock()
-	select {
-	case err := <-p.done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("record %s event: %w", ev.DetailType, ctx.Err())
-	}
+	// An agent's report waits here holding a place of the gateway's
+	// admission; given back, other reports go on meanwhile (held, the
+	// sixteen places bounded a fleet's reports by the event writes).
+	return store.Waiting(ctx, func() error {
+		select {
+		case err := <-p.done:
+			return err
+		case <-wctx.Done():
+			return fmt.Errorf("record %s event: %w", ev.DetailType, wctx.Err())
+		}
+	})
 }
 
 // pendingEvent is an event waiting for its write.

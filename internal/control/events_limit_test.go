@@ -71,3 +71,23 @@ func TestEventLimitKeepsTheNewest(t *testing.T) {
 		t.Fatalf("the other cluster kept %d events (%v), want all 10", small, err)
 	}
 }
+
+// A caller holding a share of the gateway's admission gives it back while
+// its event waits to be written, and has it again when Emit returns.
+func TestEmitGivesTheShareBackWhileWaiting(t *testing.T) {
+	st := openStore(t)
+	e := newEmitter(st, slog.New(slog.DiscardHandler), time.Now, arns{account: "123456789012", region: "us-east-1"}, time.Hour, 0)
+	defer e.EndWaits()
+	held := true
+	var left, entered int
+	ctx := store.WithYield(context.Background(), &store.Yield{
+		Leave: func() { held = false; left++ },
+		Enter: func(context.Context) error { held = true; entered++; return nil },
+	})
+	if err := e.Emit(ctx, "c", events.Event{DetailType: "Test", Detail: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	if left != 1 || entered != 1 || !held {
+		t.Fatalf("left %d, entered %d, held at the end %v: want the share given back once and taken again", left, entered, held)
+	}
+}

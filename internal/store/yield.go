@@ -32,3 +32,8 @@ func waiting(ctx context.Context, wait func() error) error {
 	}
 	return err
 }
+
+// Waiting runs wait, a wait on something other than the cores (an event
+// write, say), with the caller's share given back meanwhile, as the
+// store's own waits do.
+func Waiting(ctx context.Context, wait func() error) error { return waiting(ctx, wait) }
