@@ -121,6 +121,8 @@ type InstanceBrief struct {
 	// CPU and Memory are the units and MiB left.
 	CPU, Memory int
 	Connected   bool
+	// Busy: an application task not yet STOPPED is in its manifest.
+	Busy bool
 }
 
 // RegisteredAs is InstanceOf from the fleet view: the instances
@@ -128,21 +130,43 @@ type InstanceBrief struct {
 // its credential and container instance records each time was a
 // twentieth of a replacement rollout's work at 5,000 instances.
 func (s *Service) RegisteredAs(ctx context.Context, m ManagedInstance) (InstanceBrief, bool, error) {
+	regs, err := s.Registrations(ctx, []ManagedInstance{m})
+	b, ok := regs[m.ID]
+	return b, ok, err
+}
+
+// Registrations is RegisteredAs for many managed instances in one read of
+// the fleet view, by managed instance ID (absent: not registered). Each
+// read of the view waits behind the cache's next change; a pass over
+// thousands of instances read one by one waited seconds.
+func (s *Service) Registrations(ctx context.Context, ms []ManagedInstance) (map[string]InstanceBrief, error) {
 	v, err := s.fleetView(ctx)
 	if err != nil {
-		return InstanceBrief{}, false, err
+		return nil, err
 	}
 	defer v.done()
-	id, ok := v.f.registeredAs[m.AccessKeyID]
-	if !ok {
-		return InstanceBrief{}, false, nil
+	out := make(map[string]InstanceBrief, len(ms))
+	for _, m := range ms {
+		id, ok := v.f.registeredAs[m.AccessKeyID]
+		if !ok {
+			continue
+		}
+		c := v.cluster(m.Cluster)
+		fi := c.instances[id]
+		if fi == nil || !fi.rec {
+			continue
+		}
+		b := InstanceBrief{Cluster: m.Cluster, ID: id, Arn: fi.arn, Status: fi.status, RegisteredAt: fi.registeredAt,
+			CPU: fi.cpu, Memory: fi.mem, Connected: fi.connected}
+		for tid := range fi.desired {
+			if t := c.tasks[tid]; t != nil && t.last != "STOPPED" && !IsDaemonGroup(t.group) {
+				b.Busy = true
+				break
+			}
+		}
+		out[m.ID] = b
 	}
-	fi := v.cluster(m.Cluster).instances[id]
-	if fi == nil || !fi.rec {
-		return InstanceBrief{}, false, nil
-	}
-	return InstanceBrief{Cluster: m.Cluster, ID: id, Arn: fi.arn, Status: fi.status, RegisteredAt: fi.registeredAt,
-		CPU: fi.cpu, Memory: fi.mem, Connected: fi.connected}, true, nil
+	return out, nil
 }
 
 // CapacityProvider reads a capacity provider by name.

@@ -150,7 +150,7 @@ func TestRegisteredAsAgreesWithTheRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agree := func(step string, wantRegistered bool) {
+	agree := func(step string, wantRegistered, busy bool) {
 		t.Helper()
 		ci, reg, err := s.InstanceOf(ctx, m)
 		if err != nil {
@@ -168,7 +168,7 @@ func TestRegisteredAsAgreesWithTheRecords(t *testing.T) {
 		}
 		cpu, mem := readResources(ci.RemainingResources).cpu, readResources(ci.RemainingResources).memory
 		want := InstanceBrief{Cluster: "c", ID: ci.ID, Arn: ci.ContainerInstanceArn, Status: ci.Status,
-			RegisteredAt: ci.RegisteredAt.Time, CPU: cpu, Memory: mem, Connected: s.Connected(ctx, "c", ci.ID)}
+			RegisteredAt: ci.RegisteredAt.Time, CPU: cpu, Memory: mem, Connected: s.Connected(ctx, "c", ci.ID), Busy: busy}
 		if !b.RegisteredAt.Equal(want.RegisteredAt) {
 			t.Fatalf("%s: registeredAt %v, records say %v", step, b.RegisteredAt, want.RegisteredAt)
 		}
@@ -177,7 +177,7 @@ func TestRegisteredAsAgreesWithTheRecords(t *testing.T) {
 			t.Fatalf("%s: fleet says %+v, records %+v", step, b, want)
 		}
 	}
-	agree("launched", false)
+	agree("launched", false, false)
 
 	ci := instanceRecord("i1", "REGISTERING", 2048, 4096)
 	ci.ContainerInstanceArn = s.arns.containerInstance("c", "i1")
@@ -192,20 +192,29 @@ func TestRegisteredAsAgreesWithTheRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agree("registering", true)
+	agree("registering", true, false)
 
 	ci.Status = "ACTIVE"
 	ci.RemainingResources = resources{cpu: 1024, memory: 1000}.shapes()
-	if rev, err = st.Txn().Update(store.ContainerInstanceKey("c", "i1"), rev, ci).Create(store.SessionKey("c", "i1"), store.Session{}).Commit(ctx); err != nil {
+	app := store.Task{ID: "t1", Cluster: "c", InstanceID: "i1"}
+	app.Group, app.LastStatus, app.DesiredStatus = "service:web", "RUNNING", "RUNNING"
+	daemon := store.Task{ID: "t2", Cluster: "c", InstanceID: "i1"}
+	daemon.Group, daemon.LastStatus, daemon.DesiredStatus = "daemon:agent", "RUNNING", "RUNNING"
+	if rev, err = st.Txn().Update(store.ContainerInstanceKey("c", "i1"), rev, ci).Create(store.SessionKey("c", "i1"), store.Session{}).
+		Create(store.TaskKey("c", "t2"), daemon).Create(store.DesiredKey("c", "i1", "t2"), map[string]string{}).Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	agree("active with tasks and a session", true)
+	agree("active with its daemon and a session", true, false)
+	if _, err = st.Txn().Create(store.TaskKey("c", "t1"), app).Create(store.DesiredKey("c", "i1", "t1"), map[string]string{}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	agree("active with an application task", true, true)
 
 	ci.Status = "INACTIVE"
 	if _, err = st.Txn().Update(store.ContainerInstanceKey("c", "i1"), rev, ci).Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	agree("deregistered", true)
+	agree("deregistered", true, true)
 
 	it, err := store.Get[ManagedInstance](ctx, st, ManagedInstanceKey("c", "m1"))
 	if err != nil {
@@ -214,5 +223,5 @@ func TestRegisteredAsAgreesWithTheRecords(t *testing.T) {
 	if err := s.ForgetManagedInstance(ctx, it); err != nil {
 		t.Fatal(err)
 	}
-	agree("forgotten", false)
+	agree("forgotten", false, false)
 }

@@ -63,7 +63,7 @@ func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment)
 }
 
 func (f rolloutFleet) ReplacementStates(ctx context.Context, cluster string, ids []string) (map[string]string, error) {
-	out := map[string]string{}
+	var ms []ManagedInstance
 	for _, id := range ids {
 		m, err := store.Get[ManagedInstance](ctx, f.s.st, ManagedInstanceKey(cluster, id))
 		if errors.Is(err, store.ErrNotFound) {
@@ -72,18 +72,21 @@ func (f rolloutFleet) ReplacementStates(ctx context.Context, cluster string, ids
 		if err != nil {
 			return nil, err
 		}
-		if m.Value.Terminating {
-			continue
+		if !m.Value.Terminating {
+			ms = append(ms, m.Value)
 		}
-		ci, registered, err := f.s.RegisteredAs(ctx, m.Value)
-		if err != nil {
-			return nil, err
-		}
-		switch {
+	}
+	regs, err := f.s.Registrations(ctx, ms)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(ms))
+	for _, m := range ms {
+		switch ci, registered := regs[m.ID]; {
 		case !registered:
-			out[id] = deployments.ReplacementLaunching
+			out[m.ID] = deployments.ReplacementLaunching
 		case ci.Status != "INACTIVE":
-			out[id] = ci.Status
+			out[m.ID] = ci.Status
 		}
 	}
 	return out, nil

@@ -240,11 +240,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 				"launched", len(sizes), "acting", time.Since(t0), "managed", len(managed))
 		}
 	}()
+	ms := make([]control.ManagedInstance, len(managed))
+	for i, m := range managed {
+		ms[i] = m.Value
+	}
+	regs, err := r.Svc.Registrations(rctx, ms)
+	if err != nil {
+		return 0, err
+	}
 	for _, m := range managed {
-		ci, registered, err := r.Svc.RegisteredAs(rctx, m.Value)
-		if err != nil {
-			return 0, err
-		}
+		ci, registered := regs[m.Value.ID]
 		alive, err := r.Provisioner.Alive(ctx, m.Value.Handle)
 		if err != nil {
 			return 0, err
@@ -298,7 +303,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 				// Waiting tasks may not have been placed on it yet.
 				starting(m.Value, ci, true)
 			}
-			if err := r.scaleIn(ctx, rctx, cp, m, ci, now, later); err != nil {
+			if err := r.scaleIn(ctx, cp, m, ci, now, later); err != nil {
 				return 0, err
 			}
 		}
@@ -523,9 +528,8 @@ func (r *Reconciler) start(ctx context.Context, it store.Item[control.ManagedIns
 }
 
 // scaleIn drains an instance without application tasks once it has been
-// idle for the capacity provider's scaleInAfter. It reads with rctx and
-// writes with ctx.
-func (r *Reconciler) scaleIn(ctx, rctx context.Context, cp store.CapacityProvider, m store.Item[control.ManagedInstance], ci control.InstanceBrief, now time.Time, later func(time.Duration)) error {
+// idle for the capacity provider's scaleInAfter.
+func (r *Reconciler) scaleIn(ctx context.Context, cp store.CapacityProvider, m store.Item[control.ManagedInstance], ci control.InstanceBrief, now time.Time, later func(time.Duration)) error {
 	after := DefaultScaleInAfter
 	if mip := cp.ManagedInstancesProvider; mip != nil && mip.InfrastructureOptimization != nil && mip.InfrastructureOptimization.ScaleInAfter != nil {
 		v := *mip.InfrastructureOptimization.ScaleInAfter
@@ -534,16 +538,7 @@ func (r *Reconciler) scaleIn(ctx, rctx context.Context, cp store.CapacityProvide
 		}
 		after = time.Duration(v) * time.Second
 	}
-	tasks, err := r.Svc.InstanceTaskBriefs(rctx, ci.Cluster, ci.ID)
-	if err != nil {
-		return err
-	}
-	busy := false
-	for _, t := range tasks {
-		if t.LastStatus != "STOPPED" && !control.IsDaemonGroup(t.Group) {
-			busy = true
-		}
-	}
+	busy := ci.Busy
 	switch {
 	case busy && !m.Value.IdleSince.IsZero():
 		m.Value.IdleSince = time.Time{}
