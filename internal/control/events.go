@@ -111,14 +111,18 @@ func (e *Emitter) Emit(ctx context.Context, cluster string, ev events.Event) err
 	// An agent's report waits here holding a place of the gateway's
 	// admission; given back, other reports go on meanwhile (held, the
 	// sixteen places bounded a fleet's reports by the event writes).
-	return store.Waiting(ctx, func() error {
+	// Only the write's outcome is Emit's: a caller whose context ended
+	// meanwhile does not get its place back, but its event is written.
+	var werr error
+	store.Waiting(ctx, func() error {
 		select {
-		case err := <-p.done:
-			return err
+		case werr = <-p.done:
 		case <-wctx.Done():
-			return fmt.Errorf("record %s event: %w", ev.DetailType, wctx.Err())
+			werr = fmt.Errorf("record %s event: %w", ev.DetailType, wctx.Err())
 		}
+		return werr
 	})
+	return werr
 }
 
 // pendingEvent is an event waiting for its write.

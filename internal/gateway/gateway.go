@@ -379,11 +379,19 @@ func (g *Gateway) receive(ctx context.Context, s *session, lease *store.Lease) e
 	renewed := time.Now() // granted just before
 	// One watchdog for the session, pushed back by every message, instead
 	// of a context and timer per read: thousands of sessions report at once.
-	rctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	silent := fmt.Errorf("agent silent for %s", protocol.SilenceLimit)
-	watchdog := time.AfterFunc(protocol.SilenceLimit, func() { cancel(silent) })
-	defer watchdog.Stop()
+	var (
+		rctx     context.Context
+		cancel   context.CancelCauseFunc
+		watchdog *time.Timer
+	)
+	arm := func() {
+		rctx, cancel = context.WithCancelCause(ctx)
+		c := cancel // a watchdog ends only the reads it was armed for
+		watchdog = time.AfterFunc(protocol.SilenceLimit, func() { c(silent) })
+	}
+	arm()
+	defer func() { watchdog.Stop(); cancel(nil) }()
 	for {
 		_, b, err := s.conn.Read(rctx)
 		if err != nil {
@@ -395,7 +403,14 @@ func (g *Gateway) receive(ctx context.Context, s *session, lease *store.Lease) e
 			}
 			return err
 		}
-		watchdog.Reset(protocol.SilenceLimit)
+		if watchdog.Stop() {
+			watchdog.Reset(protocol.SilenceLimit)
+		} else {
+			// It fired as the message came: the message counts, the next
+			// reads get a scope of their own.
+			cancel(nil)
+			arm()
+		}
 		p := &place{a: g.work}
 		if err := p.enter(ctx); err != nil {
 			return err
