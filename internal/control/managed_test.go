@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -224,4 +225,97 @@ func TestRegisteredAsAgreesWithTheRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	agree("forgotten", false, false)
+}
+
+// ListTasks filtered by container instance lists, page by page in ID
+// order, exactly the instance's tasks that pass the other filters, as the
+// scan of every task did.
+func TestListTasksOfAnInstance(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	s, _ := startFixture(t, st, 0, 300, 0)
+	tx := st.Txn()
+	var want []string
+	for i := range 30 {
+		tk := store.Task{ID: fmt.Sprintf("t%03d", (i*7)%30), Cluster: "c", InstanceID: fmt.Sprintf("%032d", i%3)}
+		tk.TaskArn, tk.Group, tk.StartedBy = s.arns.task("c", tk.ID), "family:web", "me"
+		tk.DesiredStatus, tk.LastStatus = "RUNNING", "RUNNING"
+		if i%5 == 0 {
+			tk.DesiredStatus, tk.LastStatus = "STOPPED", "STOPPED"
+		}
+		if i%3 == 1 && tk.DesiredStatus == "RUNNING" {
+			want = append(want, tk.TaskArn)
+		}
+		tx.Create(store.TaskKey("c", tk.ID), tk)
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(want)
+	for _, size := range []int32{1, 3, 100} {
+		var got []string
+		token := ""
+		for pages := 0; ; pages++ {
+			out, err := s.ListTasks(ctx, &shapes.ListTasksRequest{Cluster: "c", ContainerInstance: fmt.Sprintf("%032d", 1), MaxResults: &size, NextToken: token})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(out.TaskArns) > int(size) || pages > 30 {
+				t.Fatalf("page of %d with maxResults %d (page %d)", len(out.TaskArns), size, pages)
+			}
+			got = append(got, out.TaskArns...)
+			if token = out.NextToken; token == "" {
+				break
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("maxResults %d: listed %v, want %v", size, got, want)
+		}
+	}
+	out, err := s.ListTasks(ctx, &shapes.ListTasksRequest{Cluster: "c", ContainerInstance: fmt.Sprintf("%032d", 1), DesiredStatus: "STOPPED"})
+	if err != nil || len(out.TaskArns) != 2 {
+		t.Fatalf("stopped tasks of i1: %v, %v", out, err)
+	}
+}
+
+// BenchmarkListTasksOfAnInstance lists one instance's 6 tasks among
+// 30,000, found in the fleet view (instance) and, as a peer, by a filter
+// only the scan of every record can apply (startedBy, the same 6 tasks).
+func BenchmarkListTasksOfAnInstance(b *testing.B) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{DataDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	s, _ := startFixture(b, st, 0, 300, 0)
+	const tasks, instances = 30000, 5000
+	for from := 0; from < tasks; from += 500 {
+		tx := st.Txn()
+		for i := from; i < from+500; i++ {
+			tk := store.Task{ID: fmt.Sprintf("%032x", i), Cluster: "c", InstanceID: fmt.Sprintf("%032d", i%instances)}
+			tk.TaskArn, tk.Group, tk.StartedBy = s.arns.task("c", tk.ID), "service:web", fmt.Sprintf("by-%d", i%instances)
+			tk.DesiredStatus, tk.LastStatus = "RUNNING", "RUNNING"
+			tx.Create(store.TaskKey("c", tk.ID), tk)
+		}
+		if _, err := tx.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		req  shapes.ListTasksRequest
+	}{
+		{"instance", shapes.ListTasksRequest{Cluster: "c", ContainerInstance: fmt.Sprintf("%032d", 42)}},
+		{"scan", shapes.ListTasksRequest{Cluster: "c", StartedBy: "by-42"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				out, err := s.ListTasks(ctx, &c.req)
+				if err != nil || len(out.TaskArns) != tasks/instances {
+					b.Fatalf("%d tasks, %v", len(out.TaskArns), err)
+				}
+			}
+		})
+	}
 }

@@ -744,7 +744,22 @@ func (s *Service) ListTasks(ctx context.Context, req *shapes.ListTasksRequest) (
 	if err != nil {
 		return nil, err
 	}
+	match := func(t store.Task) bool {
+		switch {
+		case instance != "" && t.InstanceID != instance,
+			req.StartedBy != "" && t.StartedBy != req.StartedBy,
+			req.Family != "" && !strings.Contains(t.TaskDefinitionArn, ":task-definition/"+req.Family+":"),
+			req.DaemonName != "" && t.Group != "daemon:"+req.DaemonName,
+			service != "" && t.Group != "service:"+service,
+			!desiredMatches(desired, t):
+			return false
+		}
+		return true
+	}
 	out := &shapes.ListTasksResponse{TaskArns: []string{}}
+	if instance != "" {
+		return s.listInstanceTasks(ctx, cluster, instance, p, scope, match, out)
+	}
 	after := p.after
 	for {
 		items, more, err := store.List[store.Task](ctx, s.st, store.TaskPrefix(cluster), after, p.limit-len(out.TaskArns))
@@ -753,23 +768,57 @@ func (s *Service) ListTasks(ctx context.Context, req *shapes.ListTasksRequest) (
 		}
 		for _, it := range items {
 			after = it.Key
-			t := it.Value
-			switch {
-			case instance != "" && t.InstanceID != instance,
-				req.StartedBy != "" && t.StartedBy != req.StartedBy,
-				req.Family != "" && !strings.Contains(t.TaskDefinitionArn, ":task-definition/"+req.Family+":"),
-				req.DaemonName != "" && t.Group != "daemon:"+req.DaemonName,
-				service != "" && t.Group != "service:"+service,
-				!desiredMatches(desired, t):
-				continue
+			if match(it.Value) {
+				out.TaskArns = append(out.TaskArns, it.Value.TaskArn)
 			}
-			out.TaskArns = append(out.TaskArns, t.TaskArn)
 		}
 		if !more || len(out.TaskArns) == p.limit {
 			out.NextToken = nextToken(scope, after, more)
 			return out, nil
 		}
 	}
+}
+
+// listInstanceTasks is ListTasks for one container instance: its tasks are
+// found in the fleet view and only they are read, in key order as the
+// scan of the cluster's records would list them. That scan decoded every
+// task of the cluster (30,000 at 5,000 instances) for an instance's few.
+func (s *Service) listInstanceTasks(ctx context.Context, cluster, instance string, p page, scope string, match func(store.Task) bool,
+	out *shapes.ListTasksResponse) (*shapes.ListTasksResponse, error) {
+	v, err := s.fleetView(ctx)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	var keys []string
+	for id, t := range v.cluster(cluster).tasks {
+		if t.instance != instance {
+			continue
+		}
+		if key := store.TaskKey(cluster, id); key > p.after {
+			keys = append(keys, key)
+		}
+	}
+	v.done()
+	slices.Sort(keys)
+	last := p.after
+	for i, key := range keys {
+		if len(out.TaskArns) == p.limit {
+			out.NextToken = nextToken(scope, last, i < len(keys))
+			return out, nil
+		}
+		last = key
+		it, err := store.Get[store.Task](ctx, s.st, key)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // gone since the view was read
+		}
+		if err != nil {
+			return nil, storeErr(err)
+		}
+		if match(it.Value) {
+			out.TaskArns = append(out.TaskArns, it.Value.TaskArn)
+		}
+	}
+	return out, nil
 }
 
 // desiredMatches applies ListTasks' desiredStatus filter; PENDING means
