@@ -119,14 +119,19 @@ func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
 		return nil, fmt.Errorf("start server: %w", err)
 	}
 	h.srv = srv
+	h.c = newClient(h.url(), h.cfg.AdminKeyID, h.cfg.AdminSecret)
+	return h, nil
+}
+
+// newClient is the harness's ECS client, as the sampler's too.
+func newClient(url, keyID, secret string) *ecs.Client {
 	hc := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 		t.MaxIdleConns, t.MaxIdleConnsPerHost = 64, 64
 	})
-	h.c = ecs.New(ecs.Options{Region: "us-east-1", BaseEndpoint: aws.String(h.url()),
-		Credentials:      credentials.NewStaticCredentialsProvider(h.cfg.AdminKeyID, h.cfg.AdminSecret, ""),
+	return ecs.New(ecs.Options{Region: "us-east-1", BaseEndpoint: aws.String(url),
+		Credentials:      credentials.NewStaticCredentialsProvider(keyID, secret, ""),
 		HTTPClient:       benchkit.InMemoryBody{Next: hc},
 		RetryMaxAttempts: 5})
-	return h, nil
 }
 
 func (h *harness) url() string { return "http://" + h.srv.Addr }
@@ -494,17 +499,17 @@ func (l *latencies) add(op string, d time.Duration, err error) {
 
 // sample calls DescribeDaemon, ListTasks and DescribeContainerInstances
 // (10 instances) in turn, with one client, until ctx ends.
-func (h *harness) sample(ctx context.Context, daemonArn string, instances []string, l *latencies) {
+func sample(ctx context.Context, c *ecs.Client, daemonArn string, instances []string, l *latencies) {
 	i := 0
 	for ctx.Err() == nil {
 		t := time.Now()
-		_, err := h.c.DescribeDaemon(ctx, &ecs.DescribeDaemonInput{DaemonArn: aws.String(daemonArn)})
+		_, err := c.DescribeDaemon(ctx, &ecs.DescribeDaemonInput{DaemonArn: aws.String(daemonArn)})
 		if ctx.Err() != nil {
 			return
 		}
 		l.add("DescribeDaemon", time.Since(t), err)
 		t = time.Now()
-		_, err = h.c.ListTasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(clusterName), MaxResults: aws.Int32(100)})
+		_, err = c.ListTasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(clusterName), MaxResults: aws.Int32(100)})
 		if ctx.Err() != nil {
 			return
 		}
@@ -515,7 +520,7 @@ func (h *harness) sample(ctx context.Context, daemonArn string, instances []stri
 		}
 		i++
 		t = time.Now()
-		_, err = h.c.DescribeContainerInstances(ctx, &ecs.DescribeContainerInstancesInput{Cluster: aws.String(clusterName), ContainerInstances: some})
+		_, err = c.DescribeContainerInstances(ctx, &ecs.DescribeContainerInstancesInput{Cluster: aws.String(clusterName), ContainerInstances: some})
 		if ctx.Err() != nil {
 			return
 		}
@@ -525,6 +530,13 @@ func (h *harness) sample(ctx context.Context, daemonArn string, instances []stri
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// report is what the latencies come to: calls, p50 and p99 of all (ms),
+// the same per operation, and the errors.
+func (l *latencies) report() (n int, p50, p99 float64, per map[string][2]float64, errs int64) {
+	all, per := l.summary()
+	return len(all), benchkit.Ms(pct(all, 0.5)), benchkit.Ms(pct(all, 0.99)), per, l.errors.Load()
 }
 
 func pct(sorted []time.Duration, p float64) time.Duration {

@@ -42,12 +42,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"sort"
 	"strconv"
@@ -71,6 +73,8 @@ type options struct {
 	cpuProfile     string
 	profilePhase   string
 	memProfile     string
+	traceOut       string
+	traceWindow    time.Duration
 	provisionDelay time.Duration
 	rolloutTimeout time.Duration
 	phaseTimeout   time.Duration
@@ -96,6 +100,13 @@ type options struct {
 }
 
 func main() {
+	if os.Getenv(samplerEnv) != "" {
+		if err := serveSampler(); err != nil {
+			fmt.Fprintln(os.Stderr, "api sampler:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if dir := os.Getenv(childEnv); dir != "" {
 		if err := serveHost(dir); err != nil {
 			fmt.Fprintln(os.Stderr, "hollow host:", err)
@@ -139,6 +150,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server process's CPU profile (whole run) here")
 	fs.StringVar(&o.profilePhase, "profile-phase", "", "profile only this phase: service (placing the service tasks) or rollout (the drainPercent 25 rollout)")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile after the service is placed here, and one at the end to this path plus .end")
+	fs.StringVar(&o.traceOut, "trace", "", "write an execution trace of the server's process for -trace-window, starting that long into the -profile-phase, here (go tool trace -pprof=sched shows what waited for a core)")
+	fs.DurationVar(&o.traceWindow, "trace-window", 5*time.Second, "how long -trace records, and how far into the phase it starts")
 	fs.DurationVar(&o.provisionDelay, "sim-provision-delay", 0, "boot delay of instances the server provisions itself")
 	fs.DurationVar(&o.rolloutTimeout, "rollout-timeout", 2*time.Minute, "give up on a daemon rollout after this long")
 	fs.DurationVar(&o.phaseTimeout, "timeout", 15*time.Minute, "give up on any other step after this long")
@@ -198,22 +211,31 @@ type Report struct {
 	// instances launched, ACTIVE, connected, the daemon and 2N tasks RUNNING.
 	ProvisionSeconds float64 `json:"provision_seconds,omitempty"`
 
-	CredentialsSeconds      float64 `json:"credentials_seconds"`
-	RegisterSeconds         float64 `json:"register_seconds"`
-	InstancesPerSecond      float64 `json:"instances_per_second"`
-	DaemonPlacementSeconds  float64 `json:"daemon_placement_seconds"`
-	ServiceTasks            int     `json:"service_tasks"`
-	ServiceSeconds          float64 `json:"service_seconds"`
-	PlacedSeconds           float64 `json:"service_placed_seconds"` // CreateService → every task on an instance
-	PlacementsPerSecond     float64 `json:"placements_per_second"`  // tasks placed on instances per second
-	RunningPerSecond        float64 `json:"running_per_second"`     // tasks RUNNING per second, end to end
-	RolloutSeconds          float64 `json:"rollout_seconds"`        // drainPercent 25; -1 when not finished
-	Rollouts                []Rollout
-	APIP50Ms                float64               `json:"api_p50_ms"`
-	APIP99Ms                float64               `json:"api_p99_ms"`
-	APIByOp                 map[string][2]float64 `json:"api_by_op_p50_p99_ms"`
-	APISamples              int                   `json:"api_samples"`
-	APIErrors               int64                 `json:"api_errors"`
+	CredentialsSeconds     float64 `json:"credentials_seconds"`
+	RegisterSeconds        float64 `json:"register_seconds"`
+	InstancesPerSecond     float64 `json:"instances_per_second"`
+	DaemonPlacementSeconds float64 `json:"daemon_placement_seconds"`
+	ServiceTasks           int     `json:"service_tasks"`
+	ServiceSeconds         float64 `json:"service_seconds"`
+	PlacedSeconds          float64 `json:"service_placed_seconds"` // CreateService → every task on an instance
+	PlacementsPerSecond    float64 `json:"placements_per_second"`  // tasks placed on instances per second
+	RunningPerSecond       float64 `json:"running_per_second"`     // tasks RUNNING per second, end to end
+	RolloutSeconds         float64 `json:"rollout_seconds"`        // drainPercent 25; -1 when not finished
+	Rollouts               []Rollout
+	// APIClient is where the API sampler ran: "process" (one of its own,
+	// as a user's client; the api_ keys) or "in-process" (tests).
+	APIClient  string                `json:"api_client"`
+	APIP50Ms   float64               `json:"api_p50_ms"`
+	APIP99Ms   float64               `json:"api_p99_ms"`
+	APIByOp    map[string][2]float64 `json:"api_by_op_p50_p99_ms"`
+	APISamples int                   `json:"api_samples"`
+	APIErrors  int64                 `json:"api_errors"`
+	// The same calls made at the same time by a client inside the
+	// server's process, as rounds one to seven measured them.
+	APIInProcessP50Ms       float64               `json:"api_in_process_p50_ms,omitempty"`
+	APIInProcessP99Ms       float64               `json:"api_in_process_p99_ms,omitempty"`
+	APIInProcessByOp        map[string][2]float64 `json:"api_in_process_by_op_p50_p99_ms,omitempty"`
+	APIInProcessSamples     int                   `json:"api_in_process_samples,omitempty"`
 	ServerRSSMiB            float64               `json:"server_rss_mib"`
 	ServerPeakRSSMiB        float64               `json:"server_peak_rss_mib"`
 	ServerRSSAnonMiB        float64               `json:"server_rss_anon_mib"`  // heap, stacks
@@ -589,8 +611,12 @@ func measureProvisioned(ctx context.Context, o options, h *harness, rep *Report)
 // profile starts the CPU profile when it covers phase ("" for the whole
 // run); the returned func stops it.
 func (o options) profile(phase string) (func(), error) {
-	if o.cpuProfile == "" || o.profilePhase != phase {
+	if o.profilePhase != phase {
 		return func() {}, nil
+	}
+	stopTrace := o.traceInPhase()
+	if o.cpuProfile == "" {
+		return stopTrace, nil
 	}
 	f, err := os.Create(o.cpuProfile)
 	if err != nil {
@@ -600,7 +626,42 @@ func (o options) profile(phase string) (func(), error) {
 		f.Close()
 		return nil, err
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() { pprof.StopCPUProfile(); f.Close(); stopTrace() }, nil
+}
+
+// traceInPhase records the execution trace for one window in the middle of
+// a phase: a whole phase at thousands of sessions would be gigabytes. The
+// returned func ends it early if the phase ends first.
+func (o options) traceInPhase() func() {
+	if o.traceOut == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		select {
+		case <-done:
+			return
+		case <-time.After(o.traceWindow):
+		}
+		f, err := os.Create(o.traceOut)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "trace:", err)
+			return
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			fmt.Fprintln(os.Stderr, "trace:", err)
+			return
+		}
+		select {
+		case <-done:
+		case <-time.After(o.traceWindow):
+		}
+		trace.Stop()
+	}()
+	return func() { close(done); <-finished }
 }
 
 // rollouts runs UpdateDaemon with drainPercent 25, 100 and 10.
@@ -613,9 +674,16 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 		var lat *latencies
 		sctx, stopSampling := context.WithCancel(ctx)
 		sampled := make(chan struct{})
+		stopOutside := func() (*latencies, error) { return nil, nil }
 		if i == 0 {
 			lat = &latencies{byOp: map[string][]time.Duration{}}
-			go func() { defer close(sampled); h.sample(sctx, daemonArn, instances, lat) }()
+			go func() { defer close(sampled); sample(sctx, h.c, daemonArn, instances, lat) }()
+			if !o.inProcess {
+				if stopOutside, err = h.startSampler(daemonArn, instances); err != nil {
+					stopSampling()
+					return err
+				}
+			}
 		} else {
 			close(sampled)
 		}
@@ -663,10 +731,18 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 		stopProfile()
 		stopSampling()
 		<-sampled
-		if lat != nil {
-			all, per := lat.summary()
-			rep.APISamples, rep.APIByOp, rep.APIErrors = len(all), per, lat.errors.Load()
-			rep.APIP50Ms, rep.APIP99Ms = benchkit.Ms(pct(all, 0.5)), benchkit.Ms(pct(all, 0.99))
+		outside, serr := stopOutside()
+		if serr != nil {
+			return serr
+		}
+		switch {
+		case outside != nil:
+			rep.APIClient = "process"
+			rep.APISamples, rep.APIP50Ms, rep.APIP99Ms, rep.APIByOp, rep.APIErrors = outside.report()
+			rep.APIInProcessSamples, rep.APIInProcessP50Ms, rep.APIInProcessP99Ms, rep.APIInProcessByOp, _ = lat.report()
+		case lat != nil:
+			rep.APIClient = "in-process"
+			rep.APISamples, rep.APIP50Ms, rep.APIP99Ms, rep.APIByOp, rep.APIErrors = lat.report()
 		}
 		if werr == nil && dep.Status == types.DaemonDeploymentStatusSuccessful {
 			r.Seconds = time.Since(t).Seconds()
@@ -845,9 +921,15 @@ func printTable(w io.Writer, r *Report) {
 		fmt.Fprintf(tw, "UpdateDaemon drainPercent %v → SUCCESSFUL\t%s\t%s, %d/%d on target\n", ro.DrainPercent, secs(ro.Seconds), ro.Status,
 			ro.OnTarget, ro.OnTarget+ro.Remaining)
 	}
-	fmt.Fprintf(tw, "API during rollout (%d calls, %d errors)\tp50 %.1f ms\tp99 %.1f ms\n", r.APISamples, r.APIErrors, r.APIP50Ms, r.APIP99Ms)
-	for op, v := range r.APIByOp {
-		fmt.Fprintf(tw, "  %s\tp50 %.1f ms\tp99 %.1f ms\n", op, v[0], v[1])
+	fmt.Fprintf(tw, "API during rollout, client %s (%d calls, %d errors)\tp50 %.1f ms\tp99 %.1f ms\n", r.APIClient, r.APISamples, r.APIErrors, r.APIP50Ms, r.APIP99Ms)
+	for _, op := range slices.Sorted(maps.Keys(r.APIByOp)) {
+		fmt.Fprintf(tw, "  %s\tp50 %.1f ms\tp99 %.1f ms\n", op, r.APIByOp[op][0], r.APIByOp[op][1])
+	}
+	if r.APIInProcessSamples > 0 {
+		fmt.Fprintf(tw, "API at the same time, client in the server's process (%d calls)\tp50 %.1f ms\tp99 %.1f ms\n", r.APIInProcessSamples, r.APIInProcessP50Ms, r.APIInProcessP99Ms)
+		for _, op := range slices.Sorted(maps.Keys(r.APIInProcessByOp)) {
+			fmt.Fprintf(tw, "  %s\tp50 %.1f ms\tp99 %.1f ms\n", op, r.APIInProcessByOp[op][0], r.APIInProcessByOp[op][1])
+		}
 	}
 	fmt.Fprintf(tw, "server RSS (now / peak)\t%.0f MiB\t%.0f MiB\n", r.ServerRSSMiB, r.ServerPeakRSSMiB)
 	fmt.Fprintf(tw, "  anonymous / mapped files / Go heap in use\t%.0f MiB\t%.0f MiB\t%.0f MiB\n", r.ServerRSSAnonMiB, r.ServerRSSFileMiB, r.ServerHeapMiB)
