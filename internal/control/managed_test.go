@@ -1,9 +1,11 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -278,36 +280,100 @@ func TestListTasksOfAnInstance(t *testing.T) {
 	}
 }
 
+// TestListTasksByViewAgreesWithTheRecords lists with every filter the
+// fleet view answers, in pages of several sizes, and checks each listing
+// against the filter applied to the records themselves.
+func TestListTasksByViewAgreesWithTheRecords(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	s, _ := startFixture(t, st, 0, 300, 0)
+	tx := st.Txn()
+	var all []store.Task
+	for i := range 60 {
+		tk := store.Task{ID: fmt.Sprintf("t%03d", (i*37)%60), Cluster: "c", InstanceID: fmt.Sprintf("%032d", i%4)}
+		tk.TaskArn, tk.StartedBy = s.arns.task("c", tk.ID), []string{"", "me", "you"}[i%3]
+		tk.Group = []string{"service:web", "daemon:agent", "family:batch"}[i%3]
+		tk.DesiredStatus, tk.LastStatus = "RUNNING", "RUNNING"
+		switch i % 5 {
+		case 0:
+			tk.DesiredStatus, tk.LastStatus = "STOPPED", "STOPPED"
+		case 1:
+			tk.LastStatus = "PENDING"
+		case 2:
+			tk.DesiredStatus = "STOPPED"
+		}
+		tx.Create(store.TaskKey("c", tk.ID), tk)
+		all = append(all, tk)
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(all, func(a, b store.Task) int { return strings.Compare(a.ID, b.ID) })
+	for _, req := range []shapes.ListTasksRequest{
+		{}, {DesiredStatus: "STOPPED"}, {DesiredStatus: "PENDING"}, {StartedBy: "me"},
+		{DaemonName: "agent"}, {DaemonName: "agent", DesiredStatus: "STOPPED"},
+		{StartedBy: "you", DesiredStatus: "PENDING"}, {StartedBy: "nobody"},
+	} {
+		var want []string
+		for _, tk := range all {
+			desired := cmp.Or(req.DesiredStatus, "RUNNING")
+			switch {
+			case req.StartedBy != "" && tk.StartedBy != req.StartedBy,
+				req.DaemonName != "" && tk.Group != "daemon:"+req.DaemonName,
+				!desiredMatches(desired, tk):
+				continue
+			}
+			want = append(want, tk.TaskArn)
+		}
+		if len(want) == 0 && req.StartedBy != "nobody" {
+			t.Fatalf("%+v: the fixture lists nothing", req)
+		}
+		for _, size := range []int32{1, 7, 100} {
+			var got []string
+			token := ""
+			for pages := 0; ; pages++ {
+				r := req
+				r.Cluster, r.MaxResults, r.NextToken = "c", &size, token
+				out, err := s.ListTasks(ctx, &r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(out.TaskArns) > int(size) || pages > 60 {
+					t.Fatalf("%+v: page of %d with maxResults %d (page %d)", req, len(out.TaskArns), size, pages)
+				}
+				got = append(got, out.TaskArns...)
+				if token = out.NextToken; token == "" {
+					break
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%+v, maxResults %d: listed %v, want %v", req, size, got, want)
+			}
+		}
+	}
+}
+
 // BenchmarkListTasksOfAnInstance lists one instance's 6 tasks among
-// 30,000, found in the fleet view (instance) and, as a peer, by a filter
-// only the scan of every record can apply (startedBy, the same 6 tasks).
+// 30,000: found in the fleet view and read (instance), matched in the view
+// without reading (startedBy, the same 6 tasks), and, as a peer, by a
+// filter only the scan of every record can apply (family, the same 6).
 func BenchmarkListTasksOfAnInstance(b *testing.B) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DataDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	s, _ := startFixture(b, st, 0, 300, 0)
 	const tasks, instances = 30000, 5000
-	for from := 0; from < tasks; from += 500 {
-		tx := st.Txn()
-		for i := from; i < from+500; i++ {
-			tk := store.Task{ID: fmt.Sprintf("%032x", i), Cluster: "c", InstanceID: fmt.Sprintf("%032d", i%instances)}
-			tk.TaskArn, tk.Group, tk.StartedBy = s.arns.task("c", tk.ID), "service:web", fmt.Sprintf("by-%d", i%instances)
-			tk.DesiredStatus, tk.LastStatus = "RUNNING", "RUNNING"
-			tx.Create(store.TaskKey("c", tk.ID), tk)
-		}
-		if _, err := tx.Commit(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	s := benchTasks(b, tasks, func(s *Service, i int) store.Task {
+		tk := store.Task{ID: fmt.Sprintf("%032x", i), Cluster: "c", InstanceID: fmt.Sprintf("%032d", i%instances)}
+		tk.TaskArn, tk.Group, tk.StartedBy = s.arns.task("c", tk.ID), "service:web", fmt.Sprintf("by-%d", i%instances)
+		tk.TaskDefinitionArn = s.arns.taskDefinition(fmt.Sprintf("f%d", i%instances), 1)
+		tk.DesiredStatus, tk.LastStatus = "RUNNING", "RUNNING"
+		return tk
+	})
 	for _, c := range []struct {
 		name string
 		req  shapes.ListTasksRequest
 	}{
 		{"instance", shapes.ListTasksRequest{Cluster: "c", ContainerInstance: fmt.Sprintf("%032d", 42)}},
-		{"scan", shapes.ListTasksRequest{Cluster: "c", StartedBy: "by-42"}},
+		{"view", shapes.ListTasksRequest{Cluster: "c", StartedBy: "by-42"}},
+		{"scan", shapes.ListTasksRequest{Cluster: "c", Family: "f42"}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
@@ -318,4 +384,60 @@ func BenchmarkListTasksOfAnInstance(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkListTasksPage lists the first page of running tasks of a
+// cluster where as many stopped ones lie between them (as after a daemon
+// rollout): matched in the fleet view and, as a peer, by a filter only the
+// scan of every record can apply (family, which every task shares).
+func BenchmarkListTasksPage(b *testing.B) {
+	ctx := context.Background()
+	s := benchTasks(b, 30000, func(s *Service, i int) store.Task {
+		tk := store.Task{ID: fmt.Sprintf("%032x", i), Cluster: "c", InstanceID: fmt.Sprintf("%032d", i%5000)}
+		tk.TaskArn, tk.Group = s.arns.task("c", tk.ID), "daemon:agent"
+		tk.TaskDefinitionArn = s.arns.taskDefinition("agent", 1+i%2)
+		tk.DesiredStatus, tk.LastStatus = "RUNNING", "RUNNING"
+		if i%2 == 0 {
+			tk.DesiredStatus, tk.LastStatus = "STOPPED", "STOPPED"
+		}
+		return tk
+	})
+	for _, c := range []struct {
+		name string
+		req  shapes.ListTasksRequest
+	}{
+		{"view", shapes.ListTasksRequest{Cluster: "c"}},
+		{"scan", shapes.ListTasksRequest{Cluster: "c", Family: "agent"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				out, err := s.ListTasks(ctx, &c.req)
+				if err != nil || len(out.TaskArns) != 100 {
+					b.Fatalf("%d tasks, %v", len(out.TaskArns), err)
+				}
+			}
+		})
+	}
+}
+
+// benchTasks records n tasks made by task in a fixture of its own.
+func benchTasks(b *testing.B, n int, task func(*Service, int) store.Task) *Service {
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{DataDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(st.Close)
+	s, _ := startFixture(b, st, 0, 300, 0)
+	for from := 0; from < n; from += 500 {
+		tx := st.Txn()
+		for i := from; i < min(from+500, n); i++ {
+			tk := task(s, i)
+			tx.Create(store.TaskKey("c", tk.ID), tk)
+		}
+		if _, err := tx.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s
 }

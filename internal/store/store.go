@@ -268,6 +268,21 @@ func ListRaw(ctx context.Context, s *Store, prefix string) ([][]byte, error) {
 	return out, nil
 }
 
+// Keys returns the keys under prefix in order, after the key `after`, at
+// most limit of them (0 for all), without their values: for callers that
+// know enough of each object from elsewhere to skip decoding it. more
+// reports whether keys remain.
+func Keys(ctx context.Context, s *Store, prefix, after string, limit int) (keys []string, more bool, err error) {
+	if err := s.sync(ctx); err != nil {
+		return nil, false, err
+	}
+	more = s.cache.scan(s.prefix+prefix, afterKey(s.prefix, after), limit, func(k string, _ entry) bool {
+		keys = append(keys, k[len(s.prefix):])
+		return true
+	})
+	return keys, more, nil
+}
+
 func afterKey(prefix, after string) string {
 	if after == "" {
 		return ""
