@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/btree"
@@ -32,13 +33,21 @@ type cache struct {
 	prefix string
 	log    *slog.Logger
 
+	// mu guards the subscriptions and the indexes' list, and is the lock
+	// of changed; readers of the records never take it.
 	mu sync.RWMutex
-	// ixmu orders what the indexes are fed (changes, replays); held
-	// without mu while they are fed changes.
-	ixmu    sync.Mutex
-	tree    *btree.BTreeG[kv]
-	rev     int64
-	loaded  bool
+	// ixmu orders the writers (changes, loads, replays) and what the
+	// indexes are fed; held without mu while they are fed changes.
+	ixmu sync.Mutex
+	// tree is never changed once published: a change is made to a lazy
+	// copy of it, which then replaces it. Reads take no lock, so none
+	// waits for a change being applied (a transaction of a thousand
+	// records held every read back for its length, then each reader
+	// queued for a core once let go), and a long scan holds back no
+	// change.
+	tree    atomic.Pointer[btree.BTreeG[kv]]
+	rev     atomic.Int64
+	loaded  atomic.Bool
 	changed *sync.Cond // broadcast whenever rev advances
 	subs    map[*Subscription]struct{}
 	// byPrefix and lens index subs by prefix: a change is offered only to
@@ -93,7 +102,7 @@ func (c *cache) offer(ch Change) {
 func newCache(c *clientv3.Client, prefix string, log *slog.Logger) *cache {
 	ca := &cache{client: c, prefix: prefix, log: log, subs: map[*Subscription]struct{}{},
 		byPrefix: map[string]map[*Subscription]struct{}{}, lens: map[int]int{}}
-	ca.tree = btree.NewG(32, func(a, b kv) bool { return a.key < b.key })
+	ca.tree.Store(btree.NewG(32, func(a, b kv) bool { return a.key < b.key }))
 	ca.changed = sync.NewCond(ca.mu.RLocker())
 	return ca
 }
@@ -111,9 +120,9 @@ func (c *cache) load(ctx context.Context) error {
 	c.ixmu.Lock()
 	defer c.ixmu.Unlock()
 	c.mu.Lock()
-	c.tree = tree
-	c.rev = resp.Header.Revision
-	c.loaded = true
+	c.tree.Store(tree)
+	c.rev.Store(resp.Header.Revision)
+	c.loaded.Store(true)
 	for _, x := range c.indexes {
 		c.replay(x)
 	}
@@ -174,19 +183,21 @@ func (c *cache) apply(events []*clientv3.Event, rev int64) {
 	c.ixmu.Lock()
 	defer c.ixmu.Unlock()
 	changes := make([]Change, 0, len(events))
-	c.mu.Lock()
-	for _, ev := range events {
-		k := string(ev.Kv.Key)
-		switch ev.Type {
-		case mvccpb.PUT:
-			c.tree.ReplaceOrInsert(kv{k, entry{ev.Kv.Value, ev.Kv.ModRevision}})
-			changes = append(changes, Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Value: ev.Kv.Value})
-		case mvccpb.DELETE:
-			c.tree.Delete(kv{key: k})
-			changes = append(changes, Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Deleted: true})
+	if len(events) > 0 {
+		tree := c.tree.Load().Clone()
+		for _, ev := range events {
+			k := string(ev.Kv.Key)
+			switch ev.Type {
+			case mvccpb.PUT:
+				tree.ReplaceOrInsert(kv{k, entry{ev.Kv.Value, ev.Kv.ModRevision}})
+				changes = append(changes, Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Value: ev.Kv.Value})
+			case mvccpb.DELETE:
+				tree.Delete(kv{key: k})
+				changes = append(changes, Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Deleted: true})
+			}
 		}
+		c.tree.Store(tree)
 	}
-	c.mu.Unlock()
 	for _, ch := range changes {
 		c.indexChange(ch)
 	}
@@ -194,38 +205,27 @@ func (c *cache) apply(events []*clientv3.Event, rev int64) {
 	for _, ch := range changes {
 		c.offer(ch)
 	}
-	if rev > c.rev {
-		c.rev = rev
+	if rev > c.rev.Load() {
+		c.rev.Store(rev)
 	}
 	c.mu.Unlock()
 	c.changed.Broadcast()
 }
 
-func (c *cache) revision() int64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.rev
-}
+func (c *cache) revision() int64 { return c.rev.Load() }
 
-func (c *cache) ready() bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.loaded
-}
+func (c *cache) ready() bool { return c.loaded.Load() }
 
 // waitFor blocks until the cache has applied revision rev.
 func (c *cache) waitFor(ctx context.Context, rev int64) error {
-	c.mu.RLock()
-	if c.rev >= rev {
-		c.mu.RUnlock()
+	if c.rev.Load() >= rev {
 		return nil
 	}
-	c.mu.RUnlock()
 	stop := context.AfterFunc(ctx, c.changed.Broadcast)
 	defer stop()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	for c.rev < rev {
+	for c.rev.Load() < rev {
 		if ctx.Err() != nil {
 			return fmt.Errorf("wait for state revision %d: %w", rev, ctx.Err())
 		}
@@ -235,23 +235,19 @@ func (c *cache) waitFor(ctx context.Context, rev int64) error {
 }
 
 func (c *cache) get(key string) (entry, bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	it, ok := c.tree.Get(kv{key: key})
+	it, ok := c.tree.Load().Get(kv{key: key})
 	return it.entry, ok
 }
 
 // scan visits keys with the prefix, after `after`, up to limit (0: all);
 // it reports whether more keys remained.
 func (c *cache) scan(prefix, after string, limit int, fn func(string, entry) bool) (more bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
 	start := prefix
 	if after > start {
 		start = after + "\x00"
 	}
 	n := 0
-	c.tree.AscendGreaterOrEqual(kv{key: start}, func(it kv) bool {
+	c.tree.Load().AscendGreaterOrEqual(kv{key: start}, func(it kv) bool {
 		if !strings.HasPrefix(it.key, prefix) {
 			return false
 		}

@@ -43,7 +43,7 @@ type index struct {
 func (c *cache) replay(x index) {
 	x.ix.Reset()
 	full := c.prefix + x.prefix
-	c.tree.AscendGreaterOrEqual(kv{key: full}, func(it kv) bool {
+	c.tree.Load().AscendGreaterOrEqual(kv{key: full}, func(it kv) bool {
 		if !strings.HasPrefix(it.key, full) {
 			return false
 		}

@@ -232,9 +232,8 @@ func List[T any](ctx context.Context, s *Store, prefix, after string, limit int)
 	if err := s.sync(ctx); err != nil {
 		return nil, false, err
 	}
-	// Decoded after the scan: the cache's lock is held only to copy the
-	// entries (values are never changed in place), so a long List does not
-	// hold back the watch, and every reader queued behind it.
+	// Decoded after the scan (values are never changed in place), which
+	// only copies the entries.
 	var kvs []kv
 	more = s.cache.scan(s.prefix+prefix, afterKey(s.prefix, after), limit, func(k string, e entry) bool {
 		kvs = append(kvs, kv{k, e})

@@ -617,3 +617,70 @@ func TestCommitHooksRunTogether(t *testing.T) {
 		t.Fatal("the hooks ran one after the other")
 	}
 }
+
+// TestReadsSeeWholeTransactions lists keys that every transaction rewrites
+// together while the transactions are applied: each listing must show one
+// transaction's values throughout, never a mix, though reads take no lock
+// against the watch applying changes.
+func TestReadsSeeWholeTransactions(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	const keys, txns = 64, 200
+	write := func(n int) {
+		tx := s.Txn()
+		for k := range keys {
+			tx.Put(fmt.Sprintf("w/%02d", k), obj{"w", n})
+		}
+		if _, err := tx.Commit(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	write(0)
+	rctx, err := s.ReadOnly(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var lists atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				items, _, err := List[obj](rctx, s, "w/", "", 0)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(items) != keys {
+					t.Errorf("listed %d keys, want %d", len(items), keys)
+					return
+				}
+				for _, it := range items {
+					if it.Value.N != items[0].Value.N {
+						t.Errorf("one listing mixes transactions %d and %d", items[0].Value.N, it.Value.N)
+						return
+					}
+				}
+				lists.Add(1)
+			}
+		})
+	}
+	for n := 1; n <= txns; n++ {
+		write(n)
+	}
+	close(done)
+	wg.Wait()
+	it, err := Get[obj](ctx, s, "w/63")
+	if err != nil || it.Value.N != txns {
+		t.Fatalf("last write: %+v, %v", it.Value, err)
+	}
+	if lists.Load() == 0 {
+		t.Fatal("no listing ran alongside the writes")
+	}
+}
