@@ -271,6 +271,8 @@ type Rollout struct {
 	Remaining int    `json:"remaining"`
 	Draining  int    `json:"draining"`
 	Stalled   string `json:"stalled,omitempty"`
+	// StealSeconds is the machine's steal time during the rollout.
+	StealSeconds float64 `json:"steal_seconds"`
 }
 
 // rolloutView is the part of CapstanV1.DescribeDaemonRollout read here.
@@ -315,11 +317,30 @@ type Machine struct {
 	Revision     string
 	LoadAvgStart string
 	LoadAvgEnd   string
+	// StealSeconds is the CPU time the hypervisor gave to others while
+	// the run wanted it (all CPUs; /proc/stat): on a shared host, runs of
+	// one build differ by about this much.
+	StealSeconds float64 `json:"steal_seconds"`
+}
+
+// stealSeconds is the machine's steal time so far (0 where unknown).
+func stealSeconds() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[8], 64)
+	return v / 100 // USER_HZ
 }
 
 func machine() Machine {
 	m := Machine{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(),
-		GoVersion: runtime.Version(), LoadAvgStart: benchkit.LoadAvg()}
+		GoVersion: runtime.Version(), LoadAvgStart: benchkit.LoadAvg(), StealSeconds: -stealSeconds()}
 	m.CPUModel, m.Revision = benchkit.CPUModel(), benchkit.VCSRevision()
 	return m
 }
@@ -373,6 +394,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 		err = measure(ctx, o, h, rep)
 	}
 	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
+	rep.Machine.StealSeconds += stealSeconds()
 	if o.memProfile != "" {
 		writeHeapProfile(o.memProfile + ".end")
 	}
@@ -703,7 +725,7 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 			stopSampling()
 			return fmt.Errorf("update daemon (drainPercent %v): %w", drain, err)
 		}
-		r := Rollout{DrainPercent: drain, Seconds: -1}
+		r := Rollout{DrainPercent: drain, Seconds: -1, StealSeconds: -stealSeconds()}
 		_, depArn, err := h.daemonRunning(ctx, daemonArn)
 		if err != nil {
 			stopSampling()
@@ -748,6 +770,7 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 			r.Seconds = time.Since(t).Seconds()
 		}
 		r.Reason = aws.ToString(dep.StatusReason)
+		r.StealSeconds += stealSeconds()
 		h.progress(ctx, daemonArn, depArn, &r)
 		rep.Rollouts = append(rep.Rollouts, r)
 		if drain == 25 && rep.RolloutSeconds < 0 {
@@ -905,8 +928,8 @@ func secs(v float64) string {
 
 func printTable(w io.Writer, r *Report) {
 	m := r.Machine
-	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, etcd %s, agents at nice %d, GOGC %d, state in %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
-		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, r.Etcd, r.AgentNice, r.AgentGOGC, r.AgentState)
+	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, CPU stolen by the host %.1f s, etcd %s, agents at nice %d, GOGC %d, state in %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
+		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, m.StealSeconds, r.Etcd, r.AgentNice, r.AgentGOGC, r.AgentState)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "hollow instances\t%d\n", r.Instances)
 	if r.Fleet == "provisioned" {
@@ -918,8 +941,8 @@ func printTable(w io.Writer, r *Report) {
 		fmt.Fprintf(tw, "  → all RUNNING\t%.1f s\t%.0f tasks/s\n", r.ServiceSeconds, r.RunningPerSecond)
 	}
 	for _, ro := range r.Rollouts {
-		fmt.Fprintf(tw, "UpdateDaemon drainPercent %v → SUCCESSFUL\t%s\t%s, %d/%d on target\n", ro.DrainPercent, secs(ro.Seconds), ro.Status,
-			ro.OnTarget, ro.OnTarget+ro.Remaining)
+		fmt.Fprintf(tw, "UpdateDaemon drainPercent %v → SUCCESSFUL\t%s\t%s, %d/%d on target, %.1f s stolen\n", ro.DrainPercent, secs(ro.Seconds), ro.Status,
+			ro.OnTarget, ro.OnTarget+ro.Remaining, ro.StealSeconds)
 	}
 	fmt.Fprintf(tw, "API during rollout, client %s (%d calls, %d errors)\tp50 %.1f ms\tp99 %.1f ms\n", r.APIClient, r.APISamples, r.APIErrors, r.APIP50Ms, r.APIP99Ms)
 	for _, op := range slices.Sorted(maps.Keys(r.APIByOp)) {
