@@ -62,6 +62,13 @@ type Emitter struct {
 	// pending events wait for the writer, which runs while there are any.
 	pending []*pendingEvent
 	writing bool
+	// queued and settled count the events given to the writer and those
+	// it has written (or given up on); settledCh is closed, and replaced,
+	// whenever settled grows.
+	queued, settled uint64
+	settledCh       chan struct{}
+	writtenRev      int64  // of the latest event write
+	backlog         uint64 // maxBacklog; tests lower it
 
 	// ending cancels long polls when the server shuts down.
 	ending context.Context
@@ -77,8 +84,13 @@ func newEmitter(st *store.Store, log *slog.Logger, now func() time.Time, a arns,
 	}
 	ending, end := context.WithCancel(context.Background())
 	return &Emitter{st: st, log: log, now: now, account: a.account, region: a.region, retention: retention, limit: limit,
-		leases: map[int64]*store.Lease{}, emitted: map[string]int{}, trimming: map[string]bool{}, ending: ending, end: end}
+		leases: map[int64]*store.Lease{}, emitted: map[string]int{}, trimming: map[string]bool{}, ending: ending, end: end,
+		settledCh: make(chan struct{}), backlog: maxBacklog}
 }
+
+// maxBacklog bounds the events a producer may leave to the writer without
+// waiting: past it, Record waits for its event's write, as Emit does.
+const maxBacklog = 4096
 
 // Events returns the service's event emitter.
 func (s *Service) Events() *Emitter { return s.events }
@@ -90,6 +102,29 @@ func (e *Emitter) Emit(ctx context.Context, cluster string, ev events.Event) err
 	if cluster == "" {
 		return errors.New("event without a cluster")
 	}
+	p, _ := e.enqueue(cluster, ev, false)
+	return e.await(ctx, p)
+}
+
+// Record is Emit for producers whose own operation must not fail because
+// an event could not be written: the writer logs a failure instead. It
+// does not wait for the write unless the writer is maxBacklog behind, so
+// an agent's report is not held up by its event (its state is already
+// written, and a report sent again after a crash would not record the
+// event either); ListEvents waits for the events recorded before it.
+func (e *Emitter) Record(ctx context.Context, cluster string, ev events.Event) {
+	if cluster == "" {
+		e.log.Warn("event without a cluster not recorded", "detail_type", ev.DetailType)
+		return
+	}
+	if p, full := e.enqueue(cluster, ev, true); full {
+		e.await(ctx, p)
+	}
+}
+
+// enqueue stamps ev with its ID, time, account and region and hands it to
+// the writer; full reports a writer maxBacklog behind.
+func (e *Emitter) enqueue(cluster string, ev events.Event, logFailure bool) (p *pendingEvent, full bool) {
 	now := e.now()
 	ev.Version, ev.Source = "0", events.Source
 	ev.ID = e.ids.next(now)
@@ -98,39 +133,66 @@ func (e *Emitter) Emit(ctx context.Context, cluster string, ev events.Event) err
 	if ev.Resources == nil {
 		ev.Resources = []string{}
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), emitTimeout)
-	defer cancel()
-	p := &pendingEvent{cluster: cluster, ev: ev, bucket: now.Truncate(eventBucket).Unix(), done: make(chan error, 1)}
+	p = &pendingEvent{cluster: cluster, ev: ev, bucket: now.Truncate(eventBucket).Unix(), done: make(chan error, 1), logFailure: logFailure}
 	e.mu.Lock()
 	e.pending = append(e.pending, p)
+	e.queued++
+	full = e.queued-e.settled > e.backlog
 	if !e.writing {
 		e.writing = true
 		go e.write()
 	}
 	e.mu.Unlock()
-	// An agent's report waits here holding a place of the gateway's
-	// admission; given back, other reports go on meanwhile (held, the
-	// sixteen places bounded a fleet's reports by the event writes).
-	// Only the write's outcome is Emit's: a caller whose context ended
-	// meanwhile does not get its place back, but its event is written.
+	return p, full
+}
+
+// await waits for p's write. An agent's report waits here holding a place
+// of the gateway's admission; given back, other reports go on meanwhile
+// (held, the sixteen places bounded a fleet's reports by the event
+// writes). Only the write's outcome is returned: a caller whose context
+// ended meanwhile does not get its place back, but its event is written.
+func (e *Emitter) await(ctx context.Context, p *pendingEvent) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), emitTimeout)
+	defer cancel()
 	var werr error
 	store.Waiting(ctx, func() error {
 		select {
 		case werr = <-p.done:
 		case <-wctx.Done():
-			werr = fmt.Errorf("record %s event: %w", ev.DetailType, wctx.Err())
+			werr = fmt.Errorf("record %s event: %w", p.ev.DetailType, wctx.Err())
 		}
 		return werr
 	})
 	return werr
 }
 
+// Settle waits until every event recorded before the call is written (or
+// given up on) and readable, or ctx ends.
+func (e *Emitter) Settle(ctx context.Context) error {
+	e.mu.Lock()
+	upTo := e.queued
+	for e.settled < upTo {
+		ch := e.settledCh
+		e.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		e.mu.Lock()
+	}
+	rev := e.writtenRev
+	e.mu.Unlock()
+	return e.st.WaitFor(ctx, rev)
+}
+
 // pendingEvent is an event waiting for its write.
 type pendingEvent struct {
-	cluster string
-	ev      events.Event
-	bucket  int64
-	done    chan error
+	cluster    string
+	ev         events.Event
+	bucket     int64
+	done       chan error
+	logFailure bool // nobody waits for the outcome
 }
 
 // maxEventBatch bounds one event write (etcd takes 128 operations per
@@ -151,14 +213,23 @@ func (e *Emitter) write() {
 			return
 		}
 		e.mu.Unlock()
-		err := e.commit(batch)
+		rev, err := e.commit(batch)
 		for _, p := range batch {
 			p.done <- err
+			if err != nil && p.logFailure {
+				e.log.Warn("event not recorded", "cluster", p.cluster, "detail_type", p.ev.DetailType, "err", err)
+			}
 		}
+		e.mu.Lock()
+		e.settled += uint64(len(batch))
+		e.writtenRev = max(e.writtenRev, rev)
+		close(e.settledCh)
+		e.settledCh = make(chan struct{})
+		e.mu.Unlock()
 	}
 }
 
-func (e *Emitter) commit(batch []*pendingEvent) error {
+func (e *Emitter) commit(batch []*pendingEvent) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), emitTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
@@ -169,18 +240,18 @@ func (e *Emitter) commit(batch []*pendingEvent) error {
 			if !ok {
 				var err error
 				if l, err = e.lease(ctx, p.bucket); err != nil {
-					return err
+					return 0, err
 				}
 				used[p.bucket] = l
 			}
 			tx.PutWithLease(store.EventKey(p.cluster, p.ev.ID), p.ev, l)
 		}
-		_, err := tx.Commit(ctx)
+		rev, err := tx.Commit(ctx)
 		if err == nil {
 			for _, p := range batch {
 				e.emittedOne(p.cluster)
 			}
-			return nil
+			return rev, nil
 		}
 		// A lease may have gone (etcd restored, or a long pause): new ones
 		// are granted once before giving up.
@@ -188,7 +259,7 @@ func (e *Emitter) commit(batch []*pendingEvent) error {
 			e.forget(b, l)
 		}
 		if attempt == 1 {
-			return fmt.Errorf("record %d events: %w", len(batch), err)
+			return 0, fmt.Errorf("record %d events: %w", len(batch), err)
 		}
 	}
 }
@@ -242,14 +313,6 @@ func (e *Emitter) trim(ctx context.Context, cluster string) error {
 		}
 	}
 	return nil
-}
-
-// Record is Emit for producers whose own operation must not fail because
-// an event could not be written: the failure is logged instead.
-func (e *Emitter) Record(ctx context.Context, cluster string, ev events.Event) {
-	if err := e.Emit(ctx, cluster, ev); err != nil {
-		e.log.Warn("event not recorded", "cluster", cluster, "detail_type", ev.DetailType, "err", err)
-	}
 }
 
 // EndWaits returns every ListEvents long poll now, and any later one at
@@ -458,6 +521,14 @@ func (s *Service) ListEvents(ctx context.Context, req *ListEventsRequest) (*List
 	cl, err := s.activeCluster(ctx, "cluster", req.Cluster)
 	if err != nil {
 		return nil, err
+	}
+	// Events recorded before this call are listed by it, though their
+	// producers did not wait for their writes.
+	sctx, cancel := context.WithTimeout(ctx, emitTimeout)
+	err = s.events.Settle(sctx)
+	cancel()
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
 	prefix := store.EventPrefix(cl.Value.ClusterName)
 	match := func(ev events.Event) bool {

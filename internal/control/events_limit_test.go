@@ -91,3 +91,68 @@ func TestEmitGivesTheShareBackWhileWaiting(t *testing.T) {
 		t.Fatalf("left %d, entered %d, held at the end %v: want the share given back once and taken again", left, entered, held)
 	}
 }
+
+// Record leaves the write to the writer and returns; Settle waits for it;
+// past the backlog, Record waits for its own write. The writer is held
+// busy by hand (writing set, no writer running) to tell returning from
+// waiting.
+func TestRecordLeavesTheWriteBehindUpToTheBacklog(t *testing.T) {
+	st := openStore(t)
+	ctx := context.Background()
+	e := newEmitter(st, slog.New(slog.DiscardHandler), time.Now, arns{account: "123456789012", region: "us-east-1"}, time.Hour, 0)
+	defer e.EndWaits()
+	count := func() int {
+		n, err := st.Count(ctx, store.EventPrefix("c"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	e.writing = true
+	e.Record(ctx, "c", events.Event{DetailType: "Test", Detail: json.RawMessage(`1`)})
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := e.Settle(short); err == nil {
+		t.Fatal("Settle returned with the event not written")
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d events written with the writer held", n)
+	}
+	e.backlog = 1
+	returned := make(chan struct{})
+	go func() {
+		e.Record(ctx, "c", events.Event{DetailType: "Test", Detail: json.RawMessage(`2`)})
+		close(returned)
+	}()
+	select {
+	case <-returned:
+		t.Fatal("Record returned past the backlog with its event not written")
+	case <-time.After(100 * time.Millisecond):
+	}
+	go e.write()
+	<-returned
+	if err := e.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d events written, want 2", n)
+	}
+}
+
+// ListEvents lists an event recorded just before it, though the producer
+// did not wait for the write.
+func TestListEventsSeesWhatWasRecordedBeforeIt(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	s, _ := startFixture(t, st, 0, 300, 0)
+	for i := range 50 {
+		s.events.Record(ctx, "c", events.Event{DetailType: events.DetailTypes[0], Detail: json.RawMessage(strconv.Itoa(i))})
+		out, err := s.ListEvents(ctx, &ListEventsRequest{Cluster: "c", MaxResults: ptr(int32(1000))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Events) != i+1 {
+			t.Fatalf("after %d recorded, listed %d", i+1, len(out.Events))
+		}
+	}
+}

@@ -321,6 +321,8 @@ func (s *Server) Close() error {
 	err := s.http.Shutdown(ctx)
 	s.stopControllers()
 	<-s.controllersDone
+	// Events recorded without waiting are written before the store goes.
+	s.Service.Events().Settle(ctx)
 	if c, ok := s.Provisioner.(io.Closer); ok {
 		// In-process instances cannot outlive the server (sim).
 		c.Close()

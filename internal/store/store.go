@@ -156,6 +156,15 @@ func (s *Store) sync(ctx context.Context) error {
 	return waiting(ctx, func() error { return s.cache.waitFor(ctx, rev) })
 }
 
+// WaitFor waits until the cache has applied revision rev: for a caller
+// that knows the revision of a write it did not make itself.
+func (s *Store) WaitFor(ctx context.Context, rev int64) error {
+	if s.cache.revision() >= rev {
+		return nil
+	}
+	return waiting(ctx, func() error { return s.cache.waitFor(ctx, rev) })
+}
+
 // Scope is one caller's consistency (a client session, in the usual
 // sense): reads made in it see every write made in it and everything the
 // process had written when it began, but need not wait for what other
