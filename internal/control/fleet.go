@@ -171,6 +171,7 @@ func (x fleetIndex) Reset() {
 
 func (x fleetIndex) Put(key string, value []byte, rev int64) { x.f.change(x.kind, key, value, rev) }
 func (x fleetIndex) Delete(key string)                       { x.f.change(x.kind, key, nil, 0) }
+func (x fleetIndex) Apply(chs []store.Change)                { x.f.changes(x.kind, chs) }
 
 func (f *fleet) cluster(name string) *fleetCluster {
 	c := f.clusters[name]
@@ -346,22 +347,85 @@ type fleetTaskProbe struct {
 	StoppedAt     shapes.Timestamp `json:"stoppedAt"`
 }
 
-// change applies one record change (value nil: deleted). Keys that do not
-// parse are ignored: the index only ever narrows what readers look at.
+// fleetChange is one record change, decoded before the fleet's lock is
+// taken: decoding thousands of records under it held every reader back.
+type fleetChange struct {
+	kind  string
+	parts []string
+	rev   int64
+	// present: the record is there (and, where it is decoded, decoded).
+	present bool
+	cred    struct {
+		Managed    bool   `json:"managed"`
+		InstanceID string `json:"instanceId"`
+	}
+	inst  *fleetInstanceProbe
+	place *DaemonPlacement
+	task  *fleetTaskProbe
+}
+
+func decodeFleetChange(kind, key string, value []byte, rev int64) fleetChange {
+	ch := fleetChange{kind: kind, parts: strings.Split(key, "/"), rev: rev, present: value != nil}
+	if value == nil {
+		return ch
+	}
+	var err error
+	switch kind {
+	case "credentials/":
+		err = codec.Unmarshal(value, &ch.cred)
+	case "containerinstances/":
+		ch.inst = &fleetInstanceProbe{}
+		err = codec.Unmarshal(value, ch.inst)
+	case "daemonplacements/":
+		ch.place = &DaemonPlacement{}
+		err = codec.Unmarshal(value, ch.place)
+	case "tasks/":
+		ch.task = &fleetTaskProbe{}
+		err = codec.Unmarshal(value, ch.task)
+	}
+	ch.present = err == nil
+	return ch
+}
+
+// change applies one record change (value nil: deleted).
 func (f *fleet) change(kind, key string, value []byte, rev int64) {
-	parts := strings.Split(key, "/")
+	ch := decodeFleetChange(kind, key, value, rev)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	switch kind {
+	f.apply(&ch)
+}
+
+// changes applies a watch response's changes of one kind under one hold
+// of the lock: taken per change, every change waited for the readers in
+// the view (a planning pass holds it for milliseconds) while new readers
+// queued behind it, and the cache's revision behind them all.
+func (f *fleet) changes(kind string, chs []store.Change) {
+	decoded := make([]fleetChange, len(chs))
+	for i, c := range chs {
+		var v []byte
+		if !c.Deleted {
+			v = c.Value
+		}
+		decoded[i] = decodeFleetChange(kind, c.Key, v, c.Rev)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range decoded {
+		f.apply(&decoded[i])
+	}
+}
+
+// apply applies one decoded change; f.mu is held. Keys that do not parse
+// are ignored: the index only ever narrows what readers look at.
+func (f *fleet) apply(ch *fleetChange) {
+	parts, rev := ch.parts, ch.rev
+	switch ch.kind {
 	case "credentials/":
 		if len(parts) != 2 {
 			return
 		}
-		var c struct {
-			Managed    bool   `json:"managed"`
-			InstanceID string `json:"instanceId"`
-		}
-		if value == nil || codec.Unmarshal(value, &c) != nil || !c.Managed {
+		c := ch.cred
+		if !ch.present || !c.Managed {
 			delete(f.managed, parts[1])
 			delete(f.registeredAs, parts[1])
 			return
@@ -378,8 +442,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		}
 		c := f.cluster(parts[1])
 		fi := c.instance(parts[2])
-		var p fleetInstanceProbe
-		if value == nil || codec.Unmarshal(value, &p) != nil {
+		if !ch.present {
 			fi.rec = false
 			c.recount(fi)
 			if fi.empty() {
@@ -387,6 +450,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 			}
 			return
 		}
+		p := ch.inst
 		rem := readResources(p.RemainingResources)
 		fi.rev = rev
 		fi.rec, fi.arn, fi.status, fi.cp, fi.accessKeyID = true, p.Arn, p.Status, p.CP, p.AccessKeyID
@@ -399,7 +463,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		}
 		c := f.cluster(parts[1])
 		fi := c.instance(parts[2])
-		fi.connected = value != nil
+		fi.connected = ch.present
 		if fi.empty() {
 			delete(c.instances, parts[2])
 		}
@@ -409,7 +473,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		}
 		c := f.cluster(parts[1])
 		fi := c.instance(parts[2])
-		if value == nil {
+		if !ch.present {
 			delete(fi.desired, parts[3])
 			if fi.empty() {
 				delete(c.instances, parts[2])
@@ -426,8 +490,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		}
 		c := f.cluster(parts[1])
 		fi := c.instance(parts[2])
-		var p DaemonPlacement
-		if value == nil || codec.Unmarshal(value, &p) != nil {
+		if !ch.present {
 			c.notePlacedTask(parts[2], fi.placements[parts[3]].TaskID, "")
 			delete(fi.placements, parts[3])
 			c.recount(fi)
@@ -436,6 +499,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 			}
 			return
 		}
+		p := *ch.place
 		if fi.placements == nil {
 			fi.placements = map[string]DaemonPlacement{}
 		}
@@ -448,8 +512,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 		}
 		c := f.cluster(parts[1])
 		id := parts[2]
-		var p fleetTaskProbe
-		if value == nil || codec.Unmarshal(value, &p) != nil {
+		if !ch.present {
 			t := c.tasks[id]
 			if t != nil {
 				c.ungroup(t)
@@ -460,6 +523,7 @@ func (f *fleet) change(kind, key string, value []byte, rev int64) {
 			c.recountTask(id)
 			return
 		}
+		p := ch.task
 		t := c.tasks[id]
 		if t == nil {
 			t = &fleetTask{id: id}

@@ -198,9 +198,7 @@ func (c *cache) apply(events []*clientv3.Event, rev int64) {
 		}
 		c.tree.Store(tree)
 	}
-	for _, ch := range changes {
-		c.indexChange(ch)
-	}
+	c.indexChanges(changes)
 	c.mu.Lock()
 	for _, ch := range changes {
 		c.offer(ch)

@@ -52,16 +52,46 @@ func (c *cache) replay(x index) {
 	})
 }
 
-// indexChange hands one change to the indexes; c.ixmu is held.
-func (c *cache) indexChange(ch Change) {
+// BatchIndexer is an Indexer that takes a watch response's changes under
+// its prefix at once, in order (to take its own lock once for them all).
+type BatchIndexer interface {
+	Indexer
+	Apply(changes []Change)
+}
+
+// indexChanges hands a watch response's changes to the indexes, each
+// index its own in order; c.ixmu is held.
+func (c *cache) indexChanges(changes []Change) {
+	var mine []Change
 	for _, x := range c.indexes {
-		if !strings.HasPrefix(ch.Key, x.prefix) {
+		b, ok := x.ix.(BatchIndexer)
+		if !ok {
+			for _, ch := range changes {
+				c.indexChange(x, ch)
+			}
 			continue
 		}
-		if ch.Deleted {
-			x.ix.Delete(ch.Key)
-		} else {
-			x.ix.Put(ch.Key, ch.Value, ch.Rev)
+		mine = mine[:0]
+		for _, ch := range changes {
+			if strings.HasPrefix(ch.Key, x.prefix) {
+				mine = append(mine, ch)
+			}
 		}
+		if len(mine) > 0 {
+			b.Apply(mine)
+		}
+	}
+}
+
+// indexChange hands one change to index x if it is under its prefix;
+// c.ixmu is held.
+func (c *cache) indexChange(x index, ch Change) {
+	if !strings.HasPrefix(ch.Key, x.prefix) {
+		return
+	}
+	if ch.Deleted {
+		x.ix.Delete(ch.Key)
+	} else {
+		x.ix.Put(ch.Key, ch.Value, ch.Rev)
 	}
 }

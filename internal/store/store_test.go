@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -682,5 +683,67 @@ func TestReadsSeeWholeTransactions(t *testing.T) {
 	}
 	if lists.Load() == 0 {
 		t.Fatal("no listing ran alongside the writes")
+	}
+}
+
+// batchRecorder records the calls a BatchIndexer gets.
+type batchRecorder struct {
+	mu    sync.Mutex
+	calls [][]Change
+	puts  int
+}
+
+func (b *batchRecorder) Reset()                            {}
+func (b *batchRecorder) Put(key string, _ []byte, _ int64) { b.mu.Lock(); b.puts++; b.mu.Unlock() }
+func (b *batchRecorder) Delete(string)                     {}
+func (b *batchRecorder) Apply(chs []Change) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls = append(b.calls, slices.Clone(chs))
+}
+
+// TestBatchIndexerTakesATransactionAtOnce commits 50 records under an
+// index's prefix and others beside them in one transaction, then deletes
+// one: the index gets the transaction's 50 in one call, in key order as
+// written, and the delete in the next.
+func TestBatchIndexerTakesATransactionAtOnce(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	b := &batchRecorder{}
+	s.AddIndex("b/", b)
+	tx := s.Txn()
+	for i := range 50 {
+		tx.Put(fmt.Sprintf("b/%02d", i), obj{"b", i})
+		tx.Put(fmt.Sprintf("other/%02d", i), obj{"o", i})
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	it, err := Get[obj](ctx, s, "b/07")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Txn().Delete("b/07", it.Rev).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.calls) != 2 || b.puts != 0 {
+		t.Fatalf("%d batches and %d single puts, want 2 batches", len(b.calls), b.puts)
+	}
+	if len(b.calls[0]) != 50 {
+		t.Fatalf("first batch has %d changes, want 50", len(b.calls[0]))
+	}
+	for i, ch := range b.calls[0] {
+		if ch.Key != fmt.Sprintf("b/%02d", i) || ch.Deleted {
+			t.Fatalf("change %d: %+v", i, ch)
+		}
+	}
+	if d := b.calls[1]; len(d) != 1 || d[0].Key != "b/07" || !d[0].Deleted {
+		t.Fatalf("second batch: %+v", d)
 	}
 }
