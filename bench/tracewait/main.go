@@ -10,6 +10,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -172,16 +173,9 @@ func (r *report) census(gs map[trace.GoID]*goroutine) {
 	r.samples++
 	for _, g := range gs {
 		if g.state == trace.GoRunnable {
-			r.queued[cmpOr(g.reason, "(unknown: already runnable when the trace began)")]++
+			r.queued[cmp.Or(g.reason, "(unknown: already runnable when the trace began)")]++
 		}
 	}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // waitsForRequest tells a connection goroutine waiting for a request's

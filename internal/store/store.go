@@ -150,10 +150,7 @@ func (s *Store) sync(ctx context.Context) error {
 	if sc, ok := ctx.Value(scopeKey{s}).(scopeCtx); ok && sc.reads {
 		rev = sc.s.last.Load()
 	}
-	if s.cache.revision() >= rev {
-		return nil
-	}
-	return waiting(ctx, func() error { return s.cache.waitFor(ctx, rev) })
+	return s.WaitFor(ctx, rev)
 }
 
 // WaitFor waits until the cache has applied revision rev: for a caller
