@@ -482,49 +482,76 @@ func (h *harness) tasks(ctx context.Context, desired types.DesiredStatus) ([]typ
 
 // latencies samples API calls until stop is closed.
 type latencies struct {
-	mu     sync.Mutex
-	byOp   map[string][]time.Duration
-	errors atomic.Int64
+	mu   sync.Mutex
+	byOp map[string][]time.Duration
+	// byPosition: the first call after the sampler's pause, or one of
+	// those right after it.
+	byPosition map[string][]time.Duration
+	errors     atomic.Int64
 }
 
-func (l *latencies) add(op string, d time.Duration, err error) {
+const (
+	firstAfterPause = "first after the pause"
+	following       = "following"
+)
+
+func newLatencies() *latencies {
+	return &latencies{byOp: map[string][]time.Duration{}, byPosition: map[string][]time.Duration{}}
+}
+
+func (l *latencies) add(op, position string, d time.Duration, err error) {
 	if err != nil {
 		l.errors.Add(1)
 		return
 	}
 	l.mu.Lock()
 	l.byOp[op] = append(l.byOp[op], d)
+	l.byPosition[position] = append(l.byPosition[position], d)
 	l.mu.Unlock()
 }
 
 // sample calls DescribeDaemon, ListTasks and DescribeContainerInstances
-// (10 instances) in turn, with one client, until ctx ends.
+// (10 instances) one after another, then pauses 20 ms, with one client,
+// until ctx ends. Which call comes first after the pause rotates: a call
+// made after a pause finds the server's connection goroutine parked, and
+// (on a busy server) waits for the network to be polled, which the calls
+// right after it mostly do not.
 func sample(ctx context.Context, c *ecs.Client, daemonArn string, instances []string, l *latencies) {
-	i := 0
-	for ctx.Err() == nil {
-		t := time.Now()
-		_, err := c.DescribeDaemon(ctx, &ecs.DescribeDaemonInput{DaemonArn: aws.String(daemonArn)})
-		if ctx.Err() != nil {
-			return
+	ops := []struct {
+		name string
+		call func(i int) error
+	}{
+		{"DescribeDaemon", func(int) error {
+			_, err := c.DescribeDaemon(ctx, &ecs.DescribeDaemonInput{DaemonArn: aws.String(daemonArn)})
+			return err
+		}},
+		{"ListTasks", func(int) error {
+			_, err := c.ListTasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(clusterName), MaxResults: aws.Int32(100)})
+			return err
+		}},
+		{"DescribeContainerInstances", func(i int) error {
+			var some []string
+			for k := range 10 {
+				some = append(some, instances[(i*10+k)%len(instances)])
+			}
+			_, err := c.DescribeContainerInstances(ctx, &ecs.DescribeContainerInstancesInput{Cluster: aws.String(clusterName), ContainerInstances: some})
+			return err
+		}},
+	}
+	for i := 0; ctx.Err() == nil; i++ {
+		for k := range ops {
+			op := ops[(i+k)%len(ops)]
+			t := time.Now()
+			err := op.call(i)
+			if ctx.Err() != nil {
+				return
+			}
+			position := following
+			if k == 0 {
+				position = firstAfterPause
+			}
+			l.add(op.name, position, time.Since(t), err)
 		}
-		l.add("DescribeDaemon", time.Since(t), err)
-		t = time.Now()
-		_, err = c.ListTasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(clusterName), MaxResults: aws.Int32(100)})
-		if ctx.Err() != nil {
-			return
-		}
-		l.add("ListTasks", time.Since(t), err)
-		var some []string
-		for k := range 10 {
-			some = append(some, instances[(i*10+k)%len(instances)])
-		}
-		i++
-		t = time.Now()
-		_, err = c.DescribeContainerInstances(ctx, &ecs.DescribeContainerInstancesInput{Cluster: aws.String(clusterName), ContainerInstances: some})
-		if ctx.Err() != nil {
-			return
-		}
-		l.add("DescribeContainerInstances", time.Since(t), err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(20 * time.Millisecond):
@@ -550,15 +577,29 @@ func pct(sorted []time.Duration, p float64) time.Duration {
 func (l *latencies) summary() (all []time.Duration, per map[string][2]float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	per = map[string][2]float64{}
-	for op, ds := range l.byOp {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		per[op] = [2]float64{benchkit.Ms(pct(s, 0.5)), benchkit.Ms(pct(s, 0.99))}
+	for _, ds := range l.byOp {
 		all = append(all, ds...)
 	}
 	slices.Sort(all)
-	return all, per
+	return all, percentiles(l.byOp)
+}
+
+// positions is p50 and p99 (ms) of the calls by their place after the
+// sampler's pause.
+func (l *latencies) positions() map[string][2]float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return percentiles(l.byPosition)
+}
+
+func percentiles(m map[string][]time.Duration) map[string][2]float64 {
+	out := map[string][2]float64{}
+	for k, ds := range m {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		out[k] = [2]float64{benchkit.Ms(pct(s, 0.5)), benchkit.Ms(pct(s, 0.99))}
+	}
+	return out
 }
 
 // invariants checks what must hold once the fleet has settled: n ACTIVE

@@ -230,12 +230,16 @@ type Report struct {
 	APIByOp    map[string][2]float64 `json:"api_by_op_p50_p99_ms"`
 	APISamples int                   `json:"api_samples"`
 	APIErrors  int64                 `json:"api_errors"`
+	// APIByPosition splits the calls by their place after the sampler's
+	// pause: "first after the pause" or "following" (p50, p99 ms).
+	APIByPosition map[string][2]float64 `json:"api_by_position_p50_p99_ms"`
 	// The same calls made at the same time by a client inside the
 	// server's process, as rounds one to seven measured them.
 	APIInProcessP50Ms       float64               `json:"api_in_process_p50_ms,omitempty"`
 	APIInProcessP99Ms       float64               `json:"api_in_process_p99_ms,omitempty"`
 	APIInProcessByOp        map[string][2]float64 `json:"api_in_process_by_op_p50_p99_ms,omitempty"`
 	APIInProcessSamples     int                   `json:"api_in_process_samples,omitempty"`
+	APIInProcessByPosition  map[string][2]float64 `json:"api_in_process_by_position_p50_p99_ms,omitempty"`
 	ServerRSSMiB            float64               `json:"server_rss_mib"`
 	ServerPeakRSSMiB        float64               `json:"server_peak_rss_mib"`
 	ServerRSSAnonMiB        float64               `json:"server_rss_anon_mib"`  // heap, stacks
@@ -698,7 +702,7 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 		sampled := make(chan struct{})
 		stopOutside := func() (*latencies, error) { return nil, nil }
 		if i == 0 {
-			lat = &latencies{byOp: map[string][]time.Duration{}}
+			lat = newLatencies()
 			go func() { defer close(sampled); sample(sctx, h.c, daemonArn, instances, lat) }()
 			if !o.inProcess {
 				if stopOutside, err = h.startSampler(daemonArn, instances); err != nil {
@@ -761,10 +765,13 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 		case outside != nil:
 			rep.APIClient = "process"
 			rep.APISamples, rep.APIP50Ms, rep.APIP99Ms, rep.APIByOp, rep.APIErrors = outside.report()
+			rep.APIByPosition = outside.positions()
 			rep.APIInProcessSamples, rep.APIInProcessP50Ms, rep.APIInProcessP99Ms, rep.APIInProcessByOp, _ = lat.report()
+			rep.APIInProcessByPosition = lat.positions()
 		case lat != nil:
 			rep.APIClient = "in-process"
 			rep.APISamples, rep.APIP50Ms, rep.APIP99Ms, rep.APIByOp, rep.APIErrors = lat.report()
+			rep.APIByPosition = lat.positions()
 		}
 		if werr == nil && dep.Status == types.DaemonDeploymentStatusSuccessful {
 			r.Seconds = time.Since(t).Seconds()
@@ -926,6 +933,16 @@ func secs(v float64) string {
 	return fmt.Sprintf("%.1f s", v)
 }
 
+// printLatencies prints p50 and p99 per operation, then by the calls'
+// place after the sampler's pause.
+func printLatencies(w io.Writer, byOp, byPosition map[string][2]float64) {
+	for _, m := range []map[string][2]float64{byOp, byPosition} {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			fmt.Fprintf(w, "  %s\tp50 %.1f ms\tp99 %.1f ms\n", k, m[k][0], m[k][1])
+		}
+	}
+}
+
 func printTable(w io.Writer, r *Report) {
 	m := r.Machine
 	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, CPU stolen by the host %.1f s, etcd %s, agents at nice %d, GOGC %d, state in %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
@@ -945,14 +962,10 @@ func printTable(w io.Writer, r *Report) {
 			ro.OnTarget, ro.OnTarget+ro.Remaining, ro.StealSeconds)
 	}
 	fmt.Fprintf(tw, "API during rollout, client %s (%d calls, %d errors)\tp50 %.1f ms\tp99 %.1f ms\n", r.APIClient, r.APISamples, r.APIErrors, r.APIP50Ms, r.APIP99Ms)
-	for _, op := range slices.Sorted(maps.Keys(r.APIByOp)) {
-		fmt.Fprintf(tw, "  %s\tp50 %.1f ms\tp99 %.1f ms\n", op, r.APIByOp[op][0], r.APIByOp[op][1])
-	}
+	printLatencies(tw, r.APIByOp, r.APIByPosition)
 	if r.APIInProcessSamples > 0 {
 		fmt.Fprintf(tw, "API at the same time, client in the server's process (%d calls)\tp50 %.1f ms\tp99 %.1f ms\n", r.APIInProcessSamples, r.APIInProcessP50Ms, r.APIInProcessP99Ms)
-		for _, op := range slices.Sorted(maps.Keys(r.APIInProcessByOp)) {
-			fmt.Fprintf(tw, "  %s\tp50 %.1f ms\tp99 %.1f ms\n", op, r.APIInProcessByOp[op][0], r.APIInProcessByOp[op][1])
-		}
+		printLatencies(tw, r.APIInProcessByOp, r.APIInProcessByPosition)
 	}
 	fmt.Fprintf(tw, "server RSS (now / peak)\t%.0f MiB\t%.0f MiB\n", r.ServerRSSMiB, r.ServerPeakRSSMiB)
 	fmt.Fprintf(tw, "  anonymous / mapped files / Go heap in use\t%.0f MiB\t%.0f MiB\t%.0f MiB\n", r.ServerRSSAnonMiB, r.ServerRSSFileMiB, r.ServerHeapMiB)

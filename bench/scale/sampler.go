@@ -28,8 +28,9 @@ type samplerConfig struct {
 }
 
 type samplerResult struct {
-	ByOp   map[string][]time.Duration `json:"byOp"`
-	Errors int64                      `json:"errors"`
+	ByOp       map[string][]time.Duration `json:"byOp"`
+	ByPosition map[string][]time.Duration `json:"byPosition"`
+	Errors     int64                      `json:"errors"`
 }
 
 // serveSampler samples the API until its standard input closes, then
@@ -50,9 +51,9 @@ func serveSampler() error {
 		io.Copy(io.Discard, in)
 		cancel()
 	}()
-	l := &latencies{byOp: map[string][]time.Duration{}}
+	l := newLatencies()
 	sample(ctx, c, cfg.DaemonArn, cfg.Instances, l)
-	return json.NewEncoder(os.Stdout).Encode(samplerResult{ByOp: l.byOp, Errors: l.errors.Load()})
+	return json.NewEncoder(os.Stdout).Encode(samplerResult{ByOp: l.byOp, ByPosition: l.byPosition, Errors: l.errors.Load()})
 }
 
 // startSampler starts the sampler process; stop ends it and returns what
@@ -91,7 +92,7 @@ func (h *harness) startSampler(daemonArn string, instances []string) (stop func(
 		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 			return nil, fmt.Errorf("api sampler's report: %w", err)
 		}
-		l := &latencies{byOp: r.ByOp}
+		l := &latencies{byOp: r.ByOp, byPosition: r.ByPosition}
 		l.errors.Store(r.Errors)
 		return l, nil
 	}, nil
