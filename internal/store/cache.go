@@ -45,9 +45,9 @@ type cache struct {
 	// records held every read back for its length, then each reader
 	// queued for a core once let go), and a long scan holds back no
 	// change.
-	tree    atomic.Pointer[btree.BTreeG[kv]]
-	rev     atomic.Int64
-	loaded  atomic.Bool
+	tree   atomic.Pointer[btree.BTreeG[kv]]
+	rev    atomic.Int64
+	loaded atomic.Bool
 	// waiters wait for rev to reach theirs. An advance wakes only those it
 	// satisfies: a broadcast to all woke hundreds of readers per watch
 	// response at 5,000 instances, most to wait again, each queued for a
