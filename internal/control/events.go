@@ -146,24 +146,17 @@ func (e *Emitter) enqueue(cluster string, ev events.Event, logFailure bool) (p *
 	return p, full
 }
 
-// await waits for p's write. An agent's report waits here holding a place
-// of the gateway's admission; given back, other reports go on meanwhile
-// (held, the sixteen places bounded a fleet's reports by the event
-// writes). Only the write's outcome is returned: a caller whose context
-// ended meanwhile does not get its place back, but its event is written.
+// await waits for p's write. Only the write's outcome is returned: a
+// caller whose context ended meanwhile still has its event written.
 func (e *Emitter) await(ctx context.Context, p *pendingEvent) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), emitTimeout)
 	defer cancel()
-	var werr error
-	store.Waiting(ctx, func() error {
-		select {
-		case werr = <-p.done:
-		case <-wctx.Done():
-			werr = fmt.Errorf("record %s event: %w", p.ev.DetailType, wctx.Err())
-		}
-		return werr
-	})
-	return werr
+	select {
+	case err := <-p.done:
+		return err
+	case <-wctx.Done():
+		return fmt.Errorf("record %s event: %w", p.ev.DetailType, wctx.Err())
+	}
 }
 
 // Settle waits until every event recorded before the call is written (or

@@ -72,26 +72,6 @@ func TestEventLimitKeepsTheNewest(t *testing.T) {
 	}
 }
 
-// A caller holding a share of the gateway's admission gives it back while
-// its event waits to be written, and has it again when Emit returns.
-func TestEmitGivesTheShareBackWhileWaiting(t *testing.T) {
-	st := openStore(t)
-	e := newEmitter(st, slog.New(slog.DiscardHandler), time.Now, arns{account: "123456789012", region: "us-east-1"}, time.Hour, 0)
-	defer e.EndWaits()
-	held := true
-	var left, entered int
-	ctx := store.WithYield(context.Background(), &store.Yield{
-		Leave: func() { held = false; left++ },
-		Enter: func(context.Context) error { held = true; entered++; return nil },
-	})
-	if err := e.Emit(ctx, "c", events.Event{DetailType: "Test", Detail: json.RawMessage(`1`)}); err != nil {
-		t.Fatal(err)
-	}
-	if left != 1 || entered != 1 || !held {
-		t.Fatalf("left %d, entered %d, held at the end %v: want the share given back once and taken again", left, entered, held)
-	}
-}
-
 // Record leaves the write to the writer and returns; Settle waits for it;
 // past the backlog, Record waits for its own write. The writer is held
 // busy by hand (writing set, no writer running) to tell returning from

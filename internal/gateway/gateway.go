@@ -1,8 +1,10 @@
 // Package gateway serves agent sessions: one websocket per instance, over
 // which the server pushes the instance's desired tasks and writes back the
-// task states the agent reports. Liveness is an etcd lease per session,
-// renewed by agent heartbeats, so a silent agent is noticed without an etcd
-// write per heartbeat.
+// task states the agent reports. A session's key lives while its agent
+// talks and this server lives: the session ends (and deletes its key) after
+// the agent's silence limit, and the keys carry one lease of the server's,
+// which etcd ends if the server dies. No etcd request per heartbeat or per
+// session's renewal.
 package gateway
 
 import (
@@ -46,68 +48,39 @@ type Gateway struct {
 	connected prometheus.Gauge
 	states    prometheus.Counter
 	// work admits agent messages and manifest builds.
-	work admission
+	work *admission
+
+	lmu   sync.Mutex
+	lease *serverLease
 }
 
-// admission bounds how many agent messages the server handles at once. A
-// fleet's sessions wake together (a rollout's batch, a placement's
-// manifests); unbounded, thousands of them queue for the cores ahead of
-// every controller step and API call, which then wait behind all of them.
-// Admitted a few at a time, the rest wait idle and the server's own work
-// and its API wait behind at most this many.
-type admission chan struct{}
-
-// admitted keeps the cores busy and no more: a message waiting for etcd
-// or the cache gives its place back (store.WithYield).
-func admitted() int { return 8 * runtime.GOMAXPROCS(0) }
-
-func (a admission) enter(ctx context.Context) error {
-	select {
-	case a <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (a admission) leave() { <-a }
-
-// place is one message's place in the admission, given back while the
-// store makes it wait and taken again after.
-type place struct {
-	a    admission
-	held bool
-}
-
-func (p *place) enter(ctx context.Context) error {
-	if err := p.a.enter(ctx); err != nil {
-		return err
-	}
-	p.held = true
-	return nil
-}
-
-func (p *place) leave() {
-	if p.held {
-		p.held = false
-		p.a.leave()
-	}
+// serverLease is the lease the server's session keys carry; ctx ends when
+// it is lost, and with it every session whose key it carried.
+type serverLease struct {
+	l   *store.Lease
+	ctx context.Context
 }
 
 // New returns a gateway; Close ends every session.
 func New(svc *control.Service, st *store.Store, v api.Verifier, serverID string, log *slog.Logger) *Gateway {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Gateway{svc: svc, st: st, verifier: v, log: log, server: serverID, now: time.Now,
+	g := &Gateway{svc: svc, st: st, verifier: v, log: log, server: serverID, now: time.Now,
 		sessions: map[string]*session{}, ctx: ctx, cancel: cancel,
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "capstan_agent_sessions", Help: "Agent sessions connected to this server."}),
 		states:    prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_agent_task_states_total", Help: "Task states written from agent reports."}),
-		work:      make(admission, admitted()),
+		work:      newAdmission(placesInitial*runtime.GOMAXPROCS(0), placesLow*runtime.GOMAXPROCS(0), placesHigh*runtime.GOMAXPROCS(0)),
 	}
+	g.wg.Go(func() { g.work.adjust(ctx) })
+	return g
 }
 
 // Collectors returns the gateway's metrics.
 func (g *Gateway) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{g.connected, g.states}
+	limit := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "capstan_agent_admission_limit", Help: "Agent messages and manifest builds the server admits at once (follows the cores' run queue)."},
+		func() float64 { l, _, _ := g.work.state(); return float64(l) })
+	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "capstan_agent_admission_waiting", Help: "Agent messages and manifest builds waiting for admission."},
+		func() float64 { _, _, w := g.work.state(); return float64(w) })
+	return []prometheus.Collector{g.connected, g.states, limit, queued}
 }
 
 // Close ends all sessions and waits for them.
@@ -116,6 +89,42 @@ func (g *Gateway) Close() {
 	g.cancel()
 	g.mu.Unlock()
 	g.wg.Wait()
+	g.lmu.Lock()
+	defer g.lmu.Unlock()
+	if g.lease != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		g.lease.l.Revoke(ctx)
+		cancel()
+	}
+}
+
+// serverLease returns the lease for session keys, granting and keeping a
+// new one when there is none or it was lost.
+func (g *Gateway) serverLease(ctx context.Context) (*serverLease, error) {
+	g.lmu.Lock()
+	defer g.lmu.Unlock()
+	if g.lease != nil && g.lease.ctx.Err() == nil {
+		return g.lease, nil
+	}
+	l, err := g.st.Grant(ctx, protocol.SilenceLimit)
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithCancel(g.ctx)
+	lost, err := l.Keep(lctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	go func() {
+		<-lost
+		if g.ctx.Err() == nil {
+			g.log.Warn("server's session lease lost; ending its sessions")
+		}
+		cancel()
+	}()
+	g.lease = &serverLease{l: l, ctx: lctx}
+	return g.lease, nil
 }
 
 // enter counts a session in, unless the gateway is closing.
@@ -207,20 +216,21 @@ func (g *Gateway) serve(ctx context.Context, conn *websocket.Conn, p auth.Princi
 	if ci.Status == "INACTIVE" {
 		return refuse(ctx, conn, "InstanceInactive", "container instance was deregistered")
 	}
-	lease, err := g.st.Grant(ctx, protocol.SilenceLimit)
+	sl, err := g.serverLease(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		lease.Revoke(rctx)
-		cancel()
-	}()
-	if _, err := g.st.Txn().PutWithLease(store.SessionKey(cluster, id), store.Session{Server: g.server, ConnectedAt: g.now()}, lease).Commit(ctx); err != nil {
+	key := store.SessionKey(cluster, id)
+	rev, err := g.st.Txn().PutWithLease(key, store.Session{Server: g.server, ConnectedAt: g.now()}, sl.l).Commit(ctx)
+	if err != nil {
 		return err
 	}
+	// Ended, the session deletes its key unless a newer session (here or
+	// on another server) wrote it since.
+	defer g.forget(key, rev, sl)
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
+	defer context.AfterFunc(sl.ctx, scancel)()
 	// The session reads in its own scope: its own writes, and what its
 	// subscriptions told of, without waiting for every controller's
 	// latest write; a write that conflicts makes it wait for the winner.
@@ -245,9 +255,31 @@ func (g *Gateway) serve(ctx context.Context, conn *websocket.Conn, p auth.Princi
 	}
 	looped := make(chan struct{})
 	go func() { defer close(looped); end(g.loop(sctx, s)) }()
-	end(g.receive(sctx, s, lease))
+	end(g.receive(sctx, s))
 	<-looped
 	return first
+}
+
+// forget deletes an ended session's key if it is still the one the session
+// wrote, trying for as long as the server's lease would keep it: past
+// that, etcd deletes it with the lease.
+func (g *Gateway) forget(key string, rev int64, sl *serverLease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(sl.ctx), protocol.SilenceLimit)
+	defer cancel()
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		_, err := g.st.Txn().Delete(key, rev).Commit(ctx)
+		if err == nil || errors.Is(err, store.ErrConflict) || sl.ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			g.log.Warn("could not delete an ended session's key", "key", key, "err", err)
+			return
+		case <-sl.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }
 
 // claim makes s the instance's session on this server, ending an older one.
@@ -328,18 +360,27 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 	tick := time.NewTicker(protocol.HeartbeatInterval)
 	defer tick.Stop()
 	push := true
+	var t *ticket
+	defer func() {
+		if t != nil {
+			t.done()
+		}
+	}()
 	for {
-		// A manifest waits for a slot of the admission, answering acks and
-		// heartbeats meanwhile; changes while it waits make one push.
-		var slot admission
-		if push {
-			slot = g.work
+		// A manifest waits for a place in the admission, answering acks
+		// and heartbeats meanwhile; changes while it waits make one push.
+		var slot <-chan struct{}
+		if push && t == nil {
+			t = g.work.ask()
+		}
+		if t != nil {
+			slot = t.ready()
 		}
 		select {
-		case slot <- struct{}{}:
-			p := &place{a: g.work, held: true}
-			b, err := g.svc.ManifestMessage(store.WithYield(ctx, &store.Yield{Leave: p.leave, Enter: p.enter}), s.cluster, s.instance)
-			p.leave()
+		case <-slot:
+			b, err := g.svc.ManifestMessage(ctx, s.cluster, s.instance)
+			t.done()
+			t = nil
 			if err != nil {
 				return err
 			}
@@ -375,8 +416,7 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 var errDeregistered = errors.New("container instance was deregistered")
 
 // receive handles what the agent sends; any message proves it alive.
-func (g *Gateway) receive(ctx context.Context, s *session, lease *store.Lease) error {
-	renewed := time.Now() // granted just before
+func (g *Gateway) receive(ctx context.Context, s *session) error {
 	// One watchdog for the session, pushed back by every message, instead
 	// of a context and timer per read: thousands of sessions report at once.
 	silent := fmt.Errorf("agent silent for %s", protocol.SilenceLimit)
@@ -411,12 +451,12 @@ func (g *Gateway) receive(ctx context.Context, s *session, lease *store.Lease) e
 			cancel(nil)
 			arm()
 		}
-		p := &place{a: g.work}
-		if err := p.enter(ctx); err != nil {
+		t, err := g.work.enter(ctx)
+		if err != nil {
 			return err
 		}
-		err = g.handle(store.WithYield(ctx, &store.Yield{Leave: p.leave, Enter: p.enter}), s, lease, b, &renewed)
-		p.leave()
+		err = g.handle(ctx, s, b)
+		t.done()
 		if err != nil {
 			return err
 		}
@@ -424,22 +464,12 @@ func (g *Gateway) receive(ctx context.Context, s *session, lease *store.Lease) e
 }
 
 // handle acts on one message of the agent's.
-func (g *Gateway) handle(ctx context.Context, s *session, lease *store.Lease, b []byte, renewed *time.Time) error {
+func (g *Gateway) handle(ctx context.Context, s *session, b []byte) error {
 	m, err := decode(b)
 	if err != nil {
 		g.log.Warn("malformed agent message", "instance", s.instance, "err", err)
 		s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "MalformedMessage", Message: truncate(err.Error(), 200)}})
 		return nil
-	}
-	// Renewed on a message at most every quarter of the silence limit:
-	// with a heartbeat every third of it the lease still never runs out
-	// while the agent talks, and a fleet's state reports do not each
-	// cost a keep-alive.
-	if time.Since(*renewed) >= protocol.SilenceLimit/4 {
-		if err := lease.Renew(ctx); err != nil {
-			return fmt.Errorf("session lease lost: %w", err)
-		}
-		*renewed = time.Now()
 	}
 	switch m.Type {
 	case protocol.TypeHeartbeat, protocol.TypeManifestAck:

@@ -58,18 +58,13 @@ func (t *Txn) CommitGrouped(ctx context.Context) (int64, error) {
 	lead := !gr.leading
 	gr.leading = true
 	gr.mu.Unlock()
-	if err := waiting(ctx, func() error {
-		if lead {
-			t.s.lead()
-		}
-		select {
-		case <-g.done:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}); err != nil {
-		return 0, err
+	if lead {
+		t.s.lead()
+	}
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+		return 0, ctx.Err()
 	}
 	if errors.Is(g.err, errAlone) {
 		return t.Commit(ctx)

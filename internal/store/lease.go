@@ -26,16 +26,21 @@ func (s *Store) Grant(ctx context.Context, ttl time.Duration) (*Lease, error) {
 	return &Lease{s: s, id: r.ID}, nil
 }
 
-// Renew extends the lease by its TTL; ErrNotFound if it already expired.
-func (l *Lease) Renew(ctx context.Context) error {
-	err := waiting(ctx, func() error {
-		_, err := l.s.client.KeepAliveOnce(ctx, l.id)
-		return err
-	})
+// Keep renews the lease over one stream until ctx ends. The returned
+// channel closes when the lease is lost: expired (etcd unreachable for its
+// TTL), revoked, or ctx ended.
+func (l *Lease) Keep(ctx context.Context) (<-chan struct{}, error) {
+	ch, err := l.s.client.KeepAlive(ctx, l.id)
 	if err != nil {
-		return fmt.Errorf("renew lease: %w", ErrNotFound)
+		return nil, fmt.Errorf("keep lease: %w", err)
 	}
-	return nil
+	lost := make(chan struct{})
+	go func() {
+		defer close(lost)
+		for range ch {
+		}
+	}()
+	return lost, nil
 }
 
 // Revoke ends the lease now, deleting its keys.

@@ -159,7 +159,7 @@ func (s *Store) WaitFor(ctx context.Context, rev int64) error {
 	if s.cache.revision() >= rev {
 		return nil
 	}
-	return waiting(ctx, func() error { return s.cache.waitFor(ctx, rev) })
+	return s.cache.waitFor(ctx, rev)
 }
 
 // Scope is one caller's consistency (a client session, in the usual
@@ -375,11 +375,7 @@ func (t *Txn) Commit(ctx context.Context) (int64, error) {
 	if len(t.ops) == 0 {
 		return t.s.cache.revision(), nil
 	}
-	var resp *clientv3.TxnResponse
-	err := waiting(ctx, func() (err error) {
-		resp, err = t.s.client.Txn(ctx).If(t.cmps...).Then(t.ops...).Commit()
-		return err
-	})
+	resp, err := t.s.client.Txn(ctx).If(t.cmps...).Then(t.ops...).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("etcd txn: %w", err)
 	}
@@ -453,15 +449,10 @@ func Retry(ctx context.Context, fn func() error) error {
 			return err
 		}
 		wait := time.Duration(rand.Int64N(int64(min(attempt+1, 16)) * int64(time.Millisecond)))
-		if werr := waiting(ctx, func() error {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(wait):
-				return nil
-			}
-		}); werr != nil {
-			return werr
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
 		}
 	}
 	return err

@@ -464,60 +464,6 @@ func TestConflictMakesTheScopeWaitForTheWinner(t *testing.T) {
 	}
 }
 
-// A caller's share is given back while the store makes it wait (a commit,
-// a read behind the watch) and taken again before the call returns; reads
-// that need not wait keep it.
-func TestWaitsGiveTheShareBack(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s := open(t, t.TempDir())
-	defer s.Close()
-	var held atomic.Int32
-	held.Store(1)
-	var leaves atomic.Int32
-	y := &Yield{
-		Leave: func() { held.Add(-1); leaves.Add(1) },
-		Enter: func(context.Context) error { held.Add(1); return nil },
-	}
-	yctx := WithYield(ctx, y)
-	if _, err := s.Txn().Create("y/a", obj{"a", 1}).Commit(yctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Txn().Create("y/b", obj{"b", 1}).CommitGrouped(yctx); err != nil {
-		t.Fatal(err)
-	}
-	if held.Load() != 1 || leaves.Load() != 2 {
-		t.Fatalf("after two commits: held %d, given back %d times; want held 1, 2 times", held.Load(), leaves.Load())
-	}
-	if _, err := Get[obj](ctx, s, "y/b"); err != nil { // the cache catches up
-		t.Fatal(err)
-	}
-	if _, err := Get[obj](yctx, s, "y/a"); err != nil || leaves.Load() != 2 {
-		t.Fatalf("a read of a caught-up cache gave the share back (%d) or failed: %v", leaves.Load(), err)
-	}
-	g := &gate{open: make(chan struct{})}
-	s.AddIndex("z/", g)
-	release := sync.OnceFunc(func() { close(g.open) })
-	defer release()
-	g.shut.Store(true)
-	if _, err := s.Txn().Create("z/a", obj{"z", 1}).Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { _, err := Get[obj](yctx, s, "z/a"); done <- err }()
-	deadline := time.Now().Add(5 * time.Second)
-	for held.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("a read waiting for the watch kept its share")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	release()
-	if err := <-done; err != nil || held.Load() != 1 {
-		t.Fatalf("after the wait: %v, held %d", err, held.Load())
-	}
-}
-
 // The embedded member's history is compacted behind what the cache has
 // applied, and never past it: a cache held back keeps the history it
 // still has to read, and reads on without reloading once let go.
