@@ -35,7 +35,7 @@ type ticket struct {
 	a       *admission
 	granted chan struct{}
 	e       *list.Element // in the queue until granted
-	back    bool          // given back
+	back    bool          // given back, or left the queue
 }
 
 func newAdmission(limit, lo, hi int) *admission {
@@ -64,15 +64,15 @@ func (t *ticket) done() {
 	a := t.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if t.back {
+		return
+	}
+	t.back = true
 	if t.e != nil {
 		a.waiting.Remove(t.e)
 		t.e = nil
 		return
 	}
-	if t.back {
-		return
-	}
-	t.back = true
 	a.used--
 	a.grant()
 }

@@ -55,6 +55,7 @@ func TestAdmissionBoundsWorkInFlight(t *testing.T) {
 		t.Fatal("entered a full admission")
 	}
 	first.done() // gives up its place in the queue
+	first.done() // and a second done gives back nothing it never had
 	held[0].done()
 	select {
 	case <-second.ready():
