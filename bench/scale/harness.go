@@ -96,6 +96,7 @@ func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
 		Listen:            "127.0.0.1:0",
 		DataDir:           filepath.Join(o.work, "server"),
 		EtcdEndpoints:     o.etcdEndpoints,
+		EtcdMaxTxnOps:     o.etcdMaxTxnOps,
 		EtcdPrefix:        fmt.Sprintf("/capstan-scale-%d/", time.Now().UnixNano()),
 		Region:            "us-east-1",
 		AccountID:         "123456789012",

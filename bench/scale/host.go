@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -43,7 +44,10 @@ type hostStats struct {
 	HeapBytes  int64 `json:"heap"`
 	StackBytes int64 `json:"stacks"`
 	// HeapFree is heap memory free but not yet given back to the system.
-	HeapFree   int64   `json:"heap_free"`
+	HeapFree int64 `json:"heap_free"`
+	// HeapLive is what the last collection marked: HeapBytes less the
+	// free slots of the spans in use.
+	HeapLive   int64   `json:"heap_live"`
 	Goroutines int     `json:"goroutines"`
 	CPUSeconds float64 `json:"cpu"`
 }
@@ -85,7 +89,16 @@ func selfStats() hostStats {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return hostStats{RSSBytes: rss(os.Getpid()), HeapBytes: int64(ms.HeapInuse), StackBytes: int64(ms.StackInuse),
-		HeapFree: int64(ms.HeapIdle - ms.HeapReleased), Goroutines: runtime.NumGoroutine(), CPUSeconds: cpuSeconds(os.Getpid())}
+		HeapFree: int64(ms.HeapIdle - ms.HeapReleased), HeapLive: heapLive(), Goroutines: runtime.NumGoroutine(), CPUSeconds: cpuSeconds(os.Getpid())}
+}
+
+func heapLive() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
 }
 
 // rss reads a process's resident set from /proc (0 elsewhere).

@@ -70,6 +70,8 @@ type options struct {
 	instances      int
 	jsonOut        string
 	etcdEndpoints  []string
+	etcdProcess    bool
+	etcdMaxTxnOps  int
 	cpuProfile     string
 	profilePhase   string
 	memProfile     string
@@ -103,6 +105,13 @@ func main() {
 	if os.Getenv(samplerEnv) != "" {
 		if err := serveSampler(); err != nil {
 			fmt.Fprintln(os.Stderr, "api sampler:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if dir := os.Getenv(etcdEnv); dir != "" {
+		if err := serveEtcd(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "etcd process:", err)
 			os.Exit(1)
 		}
 		return
@@ -147,6 +156,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.instances, "instances", 1000, "hollow instances")
 	fs.StringVar(&o.jsonOut, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated URLs of an external etcd (default: embedded)")
+	fs.BoolVar(&o.etcdProcess, "etcd-process", false, "run etcd, with the embedded member's settings, in a process of its own: the server's RSS and CPU are then its own, as with an external etcd, and etcd's are reported beside them")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server process's CPU profile (whole run) here")
 	fs.StringVar(&o.profilePhase, "profile-phase", "", "profile only this phase: service (placing the service tasks) or rollout (the drainPercent 25 rollout)")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile after the service is placed here, and one at the end to this path plus .end")
@@ -177,6 +187,9 @@ func parseFlags(args []string) (options, error) {
 		return o, fmt.Errorf("-agent-state must be memory or disk (got %q)", o.agentState)
 	}
 	if endpoints != "" {
+		if o.etcdProcess {
+			return o, fmt.Errorf("-etcd-endpoints and -etcd-process exclude each other")
+		}
 		o.etcdEndpoints = strings.Split(endpoints, ",")
 	}
 	for _, f := range strings.Split(*drains, ",") {
@@ -247,10 +260,15 @@ type Report struct {
 	ServerHeapMiB           float64               `json:"server_heap_mib"`      // Go heap in use after a collection
 	ServerStacksMiB         float64               `json:"server_stacks_mib"`    // goroutine stacks
 	ServerHeapFreeMiB       float64               `json:"server_heap_free_mib"` // free heap not yet returned
+	ServerHeapLiveMiB       float64               `json:"server_heap_live_mib"` // marked by the last collection
 	ServerCPUSeconds        float64               `json:"server_cpu_seconds"`
 	ServerHeapPerInstanceKi float64               `json:"server_heap_per_instance_kib"`
 	ServerGoroutines        int                   `json:"server_goroutines"`
 	EtcdDBMiB               float64               `json:"etcd_db_mib"`
+	// The etcd process's own, with -etcd-process.
+	EtcdRSSMiB     float64 `json:"etcd_rss_mib,omitempty"`
+	EtcdPeakRSSMiB float64 `json:"etcd_peak_rss_mib,omitempty"`
+	EtcdCPUSeconds float64 `json:"etcd_cpu_seconds,omitempty"`
 	// Stored is the live records by kind (their key's first segment) at the end.
 	Stored                  map[string]storedKind `json:"stored,omitempty"`
 	AgentRSSPerInstanceKiB  float64               `json:"agent_rss_per_instance_kib"`
@@ -370,6 +388,16 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 			defer os.RemoveAll(dir)
 		}
 	}
+	var member *etcdProcess
+	if o.etcdProcess {
+		var err error
+		if member, err = startEtcdProcess(o.work); err != nil {
+			return rep, err
+		}
+		defer member.stop()
+		o.etcdEndpoints, o.etcdMaxTxnOps = []string{member.url}, store.EmbeddedMaxTxnOps
+		rep.Etcd = "process " + member.url
+	}
 	switch o.profilePhase {
 	case "":
 		stop, err := o.profile("")
@@ -410,9 +438,15 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	rep.ServerHeapMiB = float64(self.HeapBytes) / (1 << 20)
 	rep.ServerStacksMiB = float64(self.StackBytes) / (1 << 20)
 	rep.ServerHeapFreeMiB = float64(self.HeapFree) / (1 << 20)
+	rep.ServerHeapLiveMiB = float64(self.HeapLive) / (1 << 20)
 	rep.ServerCPUSeconds = self.CPUSeconds
 	rep.ServerGoroutines = self.Goroutines
-	if st, serr := os.Stat(filepath.Join(h.cfg.DataDir, "etcd", "data", "member", "snap", "db")); serr == nil {
+	dbPath := filepath.Join(h.cfg.DataDir, "etcd", "data", "member", "snap", "db")
+	if member != nil {
+		dbPath = filepath.Join(o.work, "etcd", "data", "member", "snap", "db")
+		rep.EtcdRSSMiB, rep.EtcdPeakRSSMiB, rep.EtcdCPUSeconds = member.stats()
+	}
+	if st, serr := os.Stat(dbPath); serr == nil {
 		rep.EtcdDBMiB = float64(st.Size()) / (1 << 20)
 	}
 	rep.Stored = storedKinds(ctx, h.srv.Store)
@@ -969,10 +1003,13 @@ func printTable(w io.Writer, r *Report) {
 	}
 	fmt.Fprintf(tw, "server RSS (now / peak)\t%.0f MiB\t%.0f MiB\n", r.ServerRSSMiB, r.ServerPeakRSSMiB)
 	fmt.Fprintf(tw, "  anonymous / mapped files / Go heap in use\t%.0f MiB\t%.0f MiB\t%.0f MiB\n", r.ServerRSSAnonMiB, r.ServerRSSFileMiB, r.ServerHeapMiB)
-	fmt.Fprintf(tw, "  goroutine stacks / free heap not returned\t%.0f MiB\t%.0f MiB\n", r.ServerStacksMiB, r.ServerHeapFreeMiB)
+	fmt.Fprintf(tw, "  goroutine stacks / free heap not returned / heap live\t%.0f MiB\t%.0f MiB\t%.0f MiB\n", r.ServerStacksMiB, r.ServerHeapFreeMiB, r.ServerHeapLiveMiB)
 	fmt.Fprintf(tw, "server CPU\t%.1f s\n", r.ServerCPUSeconds)
 	fmt.Fprintf(tw, "server heap per instance (sessions, records)\t%.1f KiB\n", r.ServerHeapPerInstanceKi)
 	fmt.Fprintf(tw, "etcd db\t%.1f MiB\n", r.EtcdDBMiB)
+	if r.EtcdRSSMiB > 0 {
+		fmt.Fprintf(tw, "etcd process RSS (now / peak), CPU\t%.0f MiB\t%.0f MiB\t%.1f s\n", r.EtcdRSSMiB, r.EtcdPeakRSSMiB, r.EtcdCPUSeconds)
+	}
 	kinds := make([]string, 0, len(r.Stored))
 	for k := range r.Stored {
 		kinds = append(kinds, k)

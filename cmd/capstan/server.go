@@ -12,6 +12,7 @@ import (
 	"github.com/capstanhq/capstan/internal/control"
 	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/server"
+	"github.com/capstanhq/capstan/internal/store"
 )
 
 func defaultDataDir() string {
@@ -28,6 +29,7 @@ func runServer(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HOST:PORT of the ECS API")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory for the embedded etcd and server files")
 	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated URLs of an external etcd cluster (default: embedded etcd)")
+	fs.IntVar(&cfg.EtcdMaxTxnOps, "etcd-max-txn-ops", store.DefaultMaxTxnOps, "operations the external etcd cluster takes in one transaction (its --max-txn-ops): larger ones place thousands of tasks in fewer commits")
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "/capstan/", "key prefix in etcd")
 	fs.StringVar(&cfg.Region, "region", "us-east-1", "region in ARNs")
 	fs.StringVar(&cfg.AccountID, "account-id", server.DefaultAccountID, "12-digit account ID in ARNs")
@@ -43,6 +45,9 @@ func runServer(ctx context.Context, args []string) error {
 	}
 	if endpoints != "" {
 		cfg.EtcdEndpoints = strings.Split(endpoints, ",")
+	}
+	if cfg.EtcdMaxTxnOps < 1 {
+		return fmt.Errorf("--etcd-max-txn-ops must be at least 1 (got %d)", cfg.EtcdMaxTxnOps)
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {

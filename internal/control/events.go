@@ -291,7 +291,7 @@ func (e *Emitter) trim(ctx context.Context, cluster string) error {
 	if err != nil || n <= e.limit {
 		return err
 	}
-	old, _, err := store.List[keyOnly](ctx, e.st, store.EventPrefix(cluster), "", n-e.limit)
+	old, _, err := store.Revisions(ctx, e.st, store.EventPrefix(cluster), "", n-e.limit)
 	if err != nil {
 		return err
 	}

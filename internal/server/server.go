@@ -46,6 +46,9 @@ type Config struct {
 	Listen        string
 	DataDir       string
 	EtcdEndpoints []string
+	// EtcdMaxTxnOps is the external cluster's --max-txn-ops (0: etcd's
+	// default, 128).
+	EtcdMaxTxnOps int
 	EtcdPrefix    string
 	Region        string
 	AccountID     string
@@ -174,6 +177,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	st, err := store.Open(ctx, store.Config{
 		DataDir:   filepath.Join(cfg.DataDir, "etcd"),
 		Endpoints: cfg.EtcdEndpoints,
+		MaxTxnOps: cfg.EtcdMaxTxnOps,
 		Prefix:    cfg.EtcdPrefix,
 		Logger:    cfg.Log,
 	})

@@ -21,6 +21,11 @@ type Indexer interface {
 // AddIndex feeds ix every key under prefix now and every change from here
 // on.
 func (s *Store) AddIndex(prefix string, ix Indexer) {
+	for _, p := range coldPrefixes {
+		if strings.HasPrefix(prefix, p) || strings.HasPrefix(p, prefix) {
+			panic("store: an index under " + p + ", whose values the cache does not keep")
+		}
+	}
 	c := s.cache
 	c.ixmu.Lock()
 	defer c.ixmu.Unlock()

@@ -34,6 +34,10 @@ type Config struct {
 	// Prefix namespaces every key; several Capstan installs may share one etcd.
 	Prefix string
 	Logger *slog.Logger
+	// MaxTxnOps is how many operations the external cluster takes in one
+	// transaction (its --max-txn-ops; 0: etcd's default, DefaultMaxTxnOps).
+	// The embedded member takes EmbeddedMaxTxnOps.
+	MaxTxnOps int
 	// CompactEvery is how often the embedded member's history is
 	// compacted (0: the default, CompactEvery).
 	CompactEvery time.Duration
@@ -53,6 +57,7 @@ type Store struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	compacted atomic.Int64
+	maxTxnOps int
 }
 
 // Open connects to etcd (starting the embedded member when no endpoints
@@ -64,7 +69,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "/capstan/"
 	}
-	s := &Store{prefix: cfg.Prefix, log: cfg.Logger, done: make(chan struct{})}
+	if cfg.MaxTxnOps < 0 {
+		return nil, errors.New("store: MaxTxnOps must not be negative")
+	}
+	s := &Store{prefix: cfg.Prefix, log: cfg.Logger, done: make(chan struct{}), maxTxnOps: cfg.MaxTxnOps}
 	if len(cfg.Endpoints) == 0 {
 		if cfg.DataDir == "" {
 			return nil, errors.New("store: a data dir or etcd endpoints are required")
@@ -128,8 +136,11 @@ func (s *Store) closeClient() {
 
 // MaxTxnOps is how many operations a transaction may hold.
 func (s *Store) MaxTxnOps() int {
-	if s.embedded != nil {
+	switch {
+	case s.embedded != nil:
 		return EmbeddedMaxTxnOps
+	case s.maxTxnOps > 0:
+		return s.maxTxnOps
 	}
 	return DefaultMaxTxnOps
 }
@@ -221,6 +232,15 @@ func Get[T any](ctx context.Context, s *Store, key string) (Item[T], error) {
 		return it, err
 	}
 	e, ok := s.cache.get(s.prefix + key)
+	if ok && e.cold {
+		kvs, err := s.fillCold(ctx, []kv{{s.prefix + key, e}})
+		if err != nil {
+			return it, err
+		}
+		if ok = len(kvs) == 1; ok {
+			e = kvs[0].entry
+		}
+	}
 	if !ok {
 		return it, fmt.Errorf("%s: %w", key, ErrNotFound)
 	}
@@ -245,6 +265,9 @@ func List[T any](ctx context.Context, s *Store, prefix, after string, limit int)
 		kvs = append(kvs, kv{k, e})
 		return true
 	})
+	if kvs, err = s.fillCold(ctx, kvs); err != nil {
+		return nil, false, err
+	}
 	if len(kvs) == 0 {
 		return nil, more, nil
 	}
@@ -265,11 +288,19 @@ func ListRaw(ctx context.Context, s *Store, prefix string) ([][]byte, error) {
 	if err := s.sync(ctx); err != nil {
 		return nil, err
 	}
-	var out [][]byte
-	s.cache.scan(s.prefix+prefix, "", 0, func(_ string, e entry) bool {
-		out = append(out, e.value)
+	var kvs []kv
+	s.cache.scan(s.prefix+prefix, "", 0, func(k string, e entry) bool {
+		kvs = append(kvs, kv{k, e})
 		return true
 	})
+	kvs, err := s.fillCold(ctx, kvs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(kvs))
+	for i, e := range kvs {
+		out[i] = e.value
+	}
 	return out, nil
 }
 
@@ -286,6 +317,20 @@ func Keys(ctx context.Context, s *Store, prefix, after string, limit int) (keys 
 		return true
 	})
 	return keys, more, nil
+}
+
+// Revisions returns the keys under prefix in order, after the key `after`,
+// at most limit of them (0 for all), with their revisions and without their
+// values: for writes that only check revisions (a delete of old records).
+func Revisions(ctx context.Context, s *Store, prefix, after string, limit int) (items []Item[struct{}], more bool, err error) {
+	if err := s.sync(ctx); err != nil {
+		return nil, false, err
+	}
+	more = s.cache.scan(s.prefix+prefix, afterKey(s.prefix, after), limit, func(k string, e entry) bool {
+		items = append(items, Item[struct{}]{Key: k[len(s.prefix):], Rev: e.rev})
+		return true
+	})
+	return items, more, nil
 }
 
 func afterKey(prefix, after string) string {
