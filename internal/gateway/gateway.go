@@ -231,20 +231,8 @@ func (g *Gateway) serve(ctx context.Context, conn *websocket.Conn, p auth.Princi
 }
 
 // open reads the agent's hello, checks it and claims the instance's
-// session; closeSession undoes what it did, once the session has ended.
+// session; closeSession undoes what it did once the session has ended.
 func (g *Gateway) open(ctx context.Context, conn *websocket.Conn, p auth.Principal) (s *session, sctx context.Context, closeSession func(), err error) {
-	// Undone in reverse order if the session does not open.
-	var undo []func()
-	closeSession = func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
-	}
-	defer func() {
-		if err != nil {
-			closeSession()
-		}
-	}()
 	hctx, hcancel := context.WithTimeout(ctx, protocol.SilenceLimit)
 	msg, err := read(hctx, conn)
 	hcancel()
@@ -278,24 +266,25 @@ func (g *Gateway) open(ctx context.Context, conn *websocket.Conn, p auth.Princip
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	// Ended, the session deletes its key unless a newer session (here or
-	// on another server) wrote it since.
-	undo = append(undo, func() { g.forget(key, rev, sl) })
 	sctx, scancel := context.WithCancel(ctx)
-	undo = append(undo, scancel)
 	stop := context.AfterFunc(sl.ctx, scancel)
-	undo = append(undo, func() { stop() })
 	// The session reads in its own scope: its own writes, and what its
 	// subscriptions told of, without waiting for every controller's
 	// latest write; a write that conflicts makes it wait for the winner.
 	sctx = g.st.InScope(sctx, g.st.NewScope(), true)
 	s = &session{conn: conn, cluster: cluster, instance: id, cancel: scancel, out: make(chan protocol.Message, 16)}
 	g.claim(s)
-	undo = append(undo, func() { g.release(s) })
 	g.connected.Inc()
-	undo = append(undo, g.connected.Dec)
 	g.log.Info("agent connected", "instance", hello.ContainerInstanceArn, "agent_version", hello.AgentVersion, "manifest_seq", hello.ManifestSeq)
-	return s, sctx, closeSession, nil
+	return s, sctx, func() {
+		g.connected.Dec()
+		g.release(s)
+		stop()
+		scancel()
+		// Ended, the session deletes its key unless a newer session (here
+		// or on another server) wrote it since.
+		g.forget(key, rev, sl)
+	}, nil
 }
 
 // forget deletes an ended session's key if it is still the one the session

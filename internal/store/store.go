@@ -288,6 +288,18 @@ func ListRaw(ctx context.Context, s *Store, prefix string) ([][]byte, error) {
 	if err := s.sync(ctx); err != nil {
 		return nil, err
 	}
+	// Sessions build their manifests this way: the values alone, unless
+	// the prefix holds records the cache keeps no value for.
+	var out [][]byte
+	cold := false
+	s.cache.scan(s.prefix+prefix, "", 0, func(_ string, e entry) bool {
+		cold = e.cold
+		out = append(out, e.value)
+		return !cold
+	})
+	if !cold {
+		return out, nil
+	}
 	var kvs []kv
 	s.cache.scan(s.prefix+prefix, "", 0, func(k string, e entry) bool {
 		kvs = append(kvs, kv{k, e})
@@ -297,7 +309,7 @@ func ListRaw(ctx context.Context, s *Store, prefix string) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]byte, len(kvs))
+	out = make([][]byte, len(kvs))
 	for i, e := range kvs {
 		out[i] = e.value
 	}
