@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/store"
@@ -49,17 +48,8 @@ func startEtcdProcess(dir string) (*etcdProcess, error) {
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), etcdEnv+"="+filepath.Join(dir, "etcd"))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	in, err := cmd.StdinPipe()
+	in, out, err := startChild(cmd)
 	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	p := &etcdProcess{cmd: cmd, in: in}

@@ -182,22 +182,32 @@ func newChildHost(dir, logPath, profile string, nice, gogc int, memoryState bool
 		cmd.Env = append(cmd.Env, "CAPSTAN_SCALE_AGENT_STATE=memory")
 	}
 	cmd.Env = append(cmd.Env, "CAPSTAN_SCALE_PROVISION_DELAY="+delay.String())
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	in, err := cmd.StdinPipe()
+	in, out, err := startChild(cmd)
 	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	return &childHost{cmd: cmd, in: in, out: sc}, nil
+}
+
+// startChild starts a child process of the benchmark, talking over its
+// stdin and stdout, killed if the benchmark dies.
+func startChild(cmd *exec.Cmd) (io.WriteCloser, io.ReadCloser, error) {
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return in, out, nil
 }
 
 func (h *childHost) call(r request) (response, error) {

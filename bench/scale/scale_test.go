@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -27,6 +29,37 @@ func TestScale(t *testing.T) {
 	rep := runHarness(t, ctx, o)
 	if rep.Killed != max(1, *scaleN/100) || rep.DetectSeconds < 0 || rep.ReplaceSeconds < 0 {
 		t.Errorf("loss step incomplete: killed %d, detect %v, replace %v", rep.Killed, rep.DetectSeconds, rep.ReplaceSeconds)
+	}
+}
+
+// TestMain lets the test binary be the etcd process it starts, as the
+// benchmark's binary is.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(etcdEnv); dir != "" {
+		if err := serveEtcd(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "etcd process:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestScaleWithEtcdProcess runs the harness against etcd in a process of
+// its own: the server reaches it as an external cluster, takes the
+// embedded member's transaction size, and etcd's own RSS and CPU are
+// reported.
+func TestScaleWithEtcdProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scale run skipped in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	o := options{instances: 20, inProcess: true, skipRollouts: true, etcdProcess: true, work: t.TempDir(),
+		phaseTimeout: 4 * time.Minute, rolloutTimeout: time.Minute}
+	rep := runHarness(t, ctx, o)
+	if !strings.HasPrefix(rep.Etcd, "process http://127.0.0.1:") || rep.EtcdRSSMiB <= 0 || rep.EtcdCPUSeconds <= 0 || rep.EtcdDBMiB <= 0 {
+		t.Errorf("etcd %q: RSS %v MiB, CPU %v s, db %v MiB", rep.Etcd, rep.EtcdRSSMiB, rep.EtcdCPUSeconds, rep.EtcdDBMiB)
 	}
 }
 
