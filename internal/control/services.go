@@ -840,12 +840,21 @@ func (s *Service) StartServiceTasks(ctx context.Context, svc store.Item[store.Se
 // the revision it decided on, with the same service record. An error
 // wrapping store.ErrConflict means something changed since.
 func (s *Service) StopServiceTasks(ctx context.Context, svc store.Item[store.Service], tasks []store.Item[store.Task], reason string) error {
-	tx := s.st.Txn().Unchanged(svc.Key, svc.Rev)
-	for _, it := range tasks {
-		if err := s.stopTaskTxn(ctx, tx, it, "ServiceSchedulerInitiated", reason); err != nil {
+	// A stop writes the task and its desired entry: as many per
+	// transaction as the store takes, each checked against the service.
+	per := max(1, (s.st.MaxTxnOps()-8)/2)
+	for len(tasks) > 0 {
+		n := min(len(tasks), per)
+		tx := s.st.Txn().Unchanged(svc.Key, svc.Rev)
+		for _, it := range tasks[:n] {
+			if err := s.stopTaskTxn(ctx, tx, it, "ServiceSchedulerInitiated", reason); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Commit(ctx); err != nil {
 			return err
 		}
+		tasks = tasks[n:]
 	}
-	_, err := tx.Commit(ctx)
-	return err
+	return nil
 }

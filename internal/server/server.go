@@ -295,10 +295,11 @@ func runControllers(ctx context.Context, st *store.Store, svc *control.Service, 
 	loops := []*controller.Loop{
 		{Name: "deployments", Store: st, Prefix: "daemondeployments/", Reconcile: dep.Reconcile, Workers: 4, Resync: time.Minute, Log: log},
 		{Name: "services", Store: st, Prefix: "services/", Reconcile: svcs.Reconcile, Follow: svcs.Follows(), Workers: 4, Resync: time.Minute, Log: log},
-		{Name: "daemons", Store: st, Prefix: daemons.Prefix, Reconcile: dmn.Reconcile, Follow: dmn.Follows(), Workers: 16, Resync: 30 * time.Second, Log: log},
+		{Name: "daemons", Store: st, Prefix: daemons.Prefix, Reconcile: dmn.Reconcile, Follow: dmn.Follows(), Workers: 64, Resync: 30 * time.Second, Log: log},
 	}
+	var inst *instances.Reconciler
 	if prov != nil {
-		inst := &instances.Reconciler{Store: st, Svc: svc, Provisioner: prov, AgentEnv: cfg.AgentEnv, Now: time.Now, Log: log}
+		inst = &instances.Reconciler{Store: st, Svc: svc, Provisioner: prov, AgentEnv: cfg.AgentEnv, Now: time.Now, Log: log}
 		loops = append(loops, &controller.Loop{Name: "instances", Store: st, Prefix: instances.Prefix, Reconcile: inst.Reconcile,
 			Follow: inst.Follows(), Workers: 2, Resync: 15 * time.Second, Log: log})
 	}
@@ -311,6 +312,9 @@ func runControllers(ctx context.Context, st *store.Store, svc *control.Service, 
 		}()
 	}
 	wg.Wait()
+	if inst != nil {
+		inst.Wait() // launches and terminations still in flight
+	}
 }
 
 // Wait returns when the HTTP server stops on its own.

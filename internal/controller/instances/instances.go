@@ -61,6 +61,22 @@ type Reconciler struct {
 	// failures counts instances of a capacity provider that died or never
 	// registered soon after launch; launches back off while it is high.
 	failures map[string]launchFailures
+	// acting are the managed instances (by ID) whose launch or termination
+	// is in flight: passes go on while they are, leave them alone and count
+	// a launch's room as coming.
+	acting map[string]act
+	// workers bounds the launches and terminations in flight.
+	workers  chan struct{}
+	inFlight sync.WaitGroup
+	pacer    controller.Pacer
+}
+
+// act is a launch or termination in flight.
+type act struct {
+	launch bool
+	// room is what a launch for waiting tasks brings before its record
+	// can be read.
+	room bin
 }
 
 type launchFailures struct {
@@ -171,8 +187,32 @@ func cpOfManaged(_ context.Context, ch store.Change) []string {
 	return []string{store.CapacityProviderKey(v.CP)}
 }
 
+// MinPass is the least time between the starts of two passes over one
+// capacity provider; a pass that found nothing to do rests idleRest times
+// its own duration, at most a second: every task change of the fleet
+// wakes it.
+const (
+	MinPass  = 200 * time.Millisecond
+	idleRest = 10
+)
+
 // Reconcile acts for the capacity provider at key.
 func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Duration, err error) {
+	if wait := r.pacer.Due(key, MinPass); wait > 0 {
+		return wait, nil
+	}
+	begun := time.Now()
+	acted := false
+	defer func() {
+		rest := time.Duration(0)
+		if !acted {
+			rest = min(idleRest*time.Since(begun), time.Second)
+		}
+		r.pacer.Rest(key, rest)
+	}()
+	// Taken before the reads: an act that ends after this is still left
+	// alone, one that ended before is in what they return.
+	inflight := r.inFlightNow()
 	name := strings.TrimPrefix(key, Prefix)
 	cp, err := r.Svc.CapacityProvider(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
@@ -228,16 +268,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 	var retire []retirement
 	var sizes []bin // of the instances to launch for waiting tasks
 	defer func() {
-		// Terminations and launches go out side by side: each is a
-		// provisioner call and writes in sequence, and a rollout retires
-		// and asks for hundreds at once.
-		t0 := time.Now()
-		if !r.actAll(ctx, cp.Cluster, name, retire, replacements, sizes, now) && (next == 0 || next > time.Second) {
-			next = time.Second
-		}
+		// Terminations and launches go out side by side and the pass does
+		// not wait for them: each is a provisioner call and writes in
+		// sequence, a rollout retires and asks for hundreds at once, and
+		// waiting tasks must meet the instances that are up meanwhile.
 		if n := len(retire) + len(replacements) + len(sizes); n > 0 {
+			acted = true
+			r.dispatch(ctx, cp.Cluster, name, retire, replacements, sizes, dc, dm, now)
 			r.Log.Debug("instances pass acted", "capacity_provider", name, "terminated", len(retire), "replacements", len(replacements),
-				"launched", len(sizes), "acting", time.Since(t0), "managed", len(managed))
+				"launched", len(sizes), "managed", len(managed))
+		}
+		if r.busy() && (next == 0 || next > time.Second) {
+			// A failed act changes nothing that wakes the pass.
+			next = time.Second
 		}
 	}()
 	ms := make([]control.ManagedInstance, len(managed))
@@ -250,6 +293,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 	}
 	for _, m := range managed {
 		ci, registered := regs[m.Value.ID]
+		if a, ok := inflight[m.Value.ID]; ok {
+			if a.launch {
+				starting(m.Value, ci, registered)
+			}
+			delete(inflight, m.Value.ID)
+			continue
+		}
 		alive, err := r.Provisioner.Alive(ctx, m.Value.Handle)
 		if err != nil {
 			return 0, err
@@ -311,6 +361,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 	if cp.Status == "INACTIVE" {
 		return 0, nil
 	}
+	for _, a := range inflight {
+		if a.launch {
+			room = append(room, a.room) // launching, not recorded yet
+		}
+	}
 	// Place waiting tasks; launch instances for what does not fit, each
 	// task counted against the room of those starting and launched so far,
 	// so that many waiting tasks get their instances at once and tasks
@@ -318,9 +373,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 	launched := 0
 	// After launches that failed, one instance at a time until one works.
 	probing := r.failing(name)
+	t0 := time.Now()
 	fits, retry, err := r.Svc.PlaceWaitingTasks(ctx, cp.Cluster, waiting)
 	if err != nil {
 		return 0, err
+	}
+	if len(waiting) > 0 {
+		r.Log.Debug("placed waiting tasks", "capacity_provider", name, "waiting", len(waiting), "placed", len(fits), "retry", retry, "took", time.Since(t0))
+	}
+	if len(fits) > 0 {
+		acted = true
 	}
 	if retry {
 		later(100 * time.Millisecond)
@@ -392,43 +454,80 @@ type retirement struct {
 	reason     string
 }
 
-// actAll terminates instances, starts the requested replacements and
-// launches instances of the given sizes, at most launchWorkers at a time;
-// it reports whether all of it went through. Failed launches count once
-// toward the capacity provider's launch backoff; the next pass tries again.
-func (r *Reconciler) actAll(ctx context.Context, cluster, cp string, retire []retirement, replacements []store.Item[control.ManagedInstance], sizes []bin, now time.Time) bool {
-	sem := make(chan struct{}, launchWorkers)
-	var wg sync.WaitGroup
-	var launchFailed sync.Once // a pass's failures back off as one
-	var mu sync.Mutex
-	ok := true
-	run := func(what string, launch bool, fn func() error) {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := fn(); err != nil {
-				r.Log.Error(what, "capacity_provider", cp, "err", err)
-				mu.Lock()
-				ok = false
-				mu.Unlock()
-				if launch {
-					launchFailed.Do(func() { r.failed(cp, now) })
-				}
-			}
-		})
-	}
+// dispatch terminates instances, starts the requested replacements and
+// launches instances of the given sizes in the background, at most
+// launchWorkers at a time over all passes. Failed launches of one pass
+// count once toward the capacity provider's launch backoff; a later pass
+// tries again.
+func (r *Reconciler) dispatch(ctx context.Context, cluster, cp string, retire []retirement, replacements []store.Item[control.ManagedInstance], sizes []bin, dc, dm int, now time.Time) {
+	launchFailed := new(sync.Once)
 	for _, t := range retire {
-		run("terminate instance "+t.m.Value.ID, false, func() error { return r.terminate(ctx, t.m, t.registered, t.ci, t.reason) })
+		r.run(ctx, t.m.Value.ID, act{}, cp, "terminate instance "+t.m.Value.ID, nil, func() error { return r.terminate(ctx, t.m, t.registered, t.ci, t.reason) })
 	}
 	for _, m := range replacements {
-		run("launch replacement instance "+m.Value.ID, true, func() error { return r.start(ctx, m) })
+		r.run(ctx, m.Value.ID, act{launch: true}, cp, "launch replacement instance "+m.Value.ID, launchFailed, func() error { return r.start(ctx, m) })
 	}
 	for _, b := range sizes {
-		run("launch managed instance", true, func() error { return r.launch(ctx, cluster, cp, b.cpu, b.mem) })
+		id := newInstanceID()
+		r.run(ctx, id, act{launch: true, room: bin{cpu: b.cpu - dc, mem: b.mem - dm}}, cp, "launch managed instance "+id, launchFailed,
+			func() error { return r.launch(ctx, cluster, cp, id, b.cpu, b.mem) })
 	}
-	wg.Wait()
-	return ok
 }
+
+// run records an act as in flight and carries it out in the background.
+func (r *Reconciler) run(ctx context.Context, id string, a act, cp, what string, launchFailed *sync.Once, fn func() error) {
+	r.mu.Lock()
+	if r.acting == nil {
+		r.acting = map[string]act{}
+		r.workers = make(chan struct{}, launchWorkers)
+	}
+	r.acting[id] = a
+	workers := r.workers
+	r.mu.Unlock()
+	now := r.Now()
+	r.inFlight.Go(func() {
+		// Forgotten only once its writes are done: a pass that no longer
+		// sees it in flight reads what it wrote.
+		defer func() {
+			r.mu.Lock()
+			delete(r.acting, id)
+			r.mu.Unlock()
+		}()
+		select {
+		case workers <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() { <-workers }()
+		if err := fn(); err != nil {
+			r.Log.Error(what, "capacity_provider", cp, "err", err)
+			if launchFailed != nil {
+				launchFailed.Do(func() { r.failed(cp, now) })
+			}
+		}
+	})
+}
+
+// inFlightNow is a copy of the acts in flight.
+func (r *Reconciler) inFlightNow() map[string]act {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]act, len(r.acting))
+	for id, a := range r.acting {
+		out[id] = a
+	}
+	return out
+}
+
+func (r *Reconciler) busy() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.acting) > 0
+}
+
+// Wait returns once the launches and terminations in flight have ended
+// (after the loop's context is done, promptly).
+func (r *Reconciler) Wait() { r.inFlight.Wait() }
 
 // launchWorkers bounds the launches in flight from one pass.
 const launchWorkers = 32
@@ -473,10 +572,14 @@ func (r *Reconciler) size(ctx context.Context, cpName string, cpu, mem int) (int
 	return max(tcpu, cpu), max(tmem, mem), nil
 }
 
-func (r *Reconciler) launch(ctx context.Context, cluster, cp string, cpu, mem int) error {
+func newInstanceID() string {
 	var b [6]byte
 	rand.Read(b[:])
-	m, _, err := r.Svc.NewManagedInstance(ctx, control.ManagedInstance{ID: "mi-" + hex.EncodeToString(b[:]), Cluster: cluster,
+	return "mi-" + hex.EncodeToString(b[:])
+}
+
+func (r *Reconciler) launch(ctx context.Context, cluster, cp, id string, cpu, mem int) error {
+	m, _, err := r.Svc.NewManagedInstance(ctx, control.ManagedInstance{ID: id, Cluster: cluster,
 		CapacityProvider: cp, Provisioner: r.Provisioner.Name(), CPU: cpu, MemoryMiB: mem})
 	if err != nil {
 		return err

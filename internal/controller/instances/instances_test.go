@@ -2,6 +2,8 @@ package instances_test
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
+	"github.com/capstanhq/capstan/internal/provision"
 	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/server"
 	"github.com/capstanhq/capstan/internal/testenv"
@@ -20,7 +23,6 @@ import (
 // a critical daemon of 64 MiB on them.
 func simFleet(t *testing.T) (*ecs.Client, *simprov.Provisioner) {
 	t.Helper()
-	ctx := context.Background()
 	srv := testenv.StartServerWith(t, func(c *server.Config) {
 		c.Provisioner = "sim"
 		// Long enough that every launch of a pass is made before the
@@ -32,8 +34,22 @@ func simFleet(t *testing.T) (*ecs.Client, *simprov.Provisioner) {
 	if !ok {
 		t.Fatalf("provisioner is %T", srv.Provisioner)
 	}
-	c := ecs.New(ecs.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+	c := clientOf(t, srv)
+	hollowProvider(t, c)
+	return c, prov
+}
+
+func clientOf(t *testing.T, srv *testenv.Server) *ecs.Client {
+	t.Helper()
+	return ecs.New(ecs.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
 		Credentials: credentials.NewStaticCredentialsProvider(srv.Config.AdminKeyID, srv.Config.AdminSecret, "")})
+}
+
+// hollowProvider makes cluster sim with capacity provider hollow: 1 vCPU,
+// 1024 MiB instances and a critical daemon of 64 MiB on them.
+func hollowProvider(t *testing.T, c *ecs.Client) {
+	t.Helper()
+	ctx := context.Background()
 	if _, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("sim")}); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +73,6 @@ func simFleet(t *testing.T) (*ecs.Client, *simprov.Provisioner) {
 		Critical: aws.Bool(true)}); err != nil {
 		t.Fatal(err)
 	}
-	return c, prov
 }
 
 // runAndWait runs count tasks of cpu units and mem MiB on the capacity
@@ -137,5 +152,116 @@ func TestWaitingTasksShareALaunch(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	if n := len(prov.Handles()); n != 1 {
 		t.Fatalf("provisioner holds %d instances for tasks that fit one, want 1", n)
+	}
+}
+
+// gatedProvisioner holds launches while its gate is closed.
+type gatedProvisioner struct {
+	*simprov.Provisioner
+	mu      sync.Mutex
+	gate    chan struct{} // closed: launches go through
+	holding chan string   // IDs of launches held
+}
+
+func (g *gatedProvisioner) setGate(c chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.gate = c
+}
+
+func (g *gatedProvisioner) Launch(ctx context.Context, req provision.Request) (string, error) {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	select {
+	case <-gate:
+	default:
+		g.holding <- req.ID
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	return g.Provisioner.Launch(ctx, req)
+}
+
+// A pass does not wait for its launches: a task that waits for room is
+// placed on an instance that frees up while another instance's launch
+// hangs.
+func TestWaitingTaskPlacedWhileALaunchHangs(t *testing.T) {
+	ctx := context.Background()
+	var gp *gatedProvisioner
+	open := make(chan struct{})
+	close(open)
+	srv := testenv.StartServerWith(t, func(c *server.Config) {
+		c.Provisioner = "sim"
+		c.NewSimProvisioner = func(dir string, delay time.Duration, log *slog.Logger) (provision.Provisioner, error) {
+			p, err := simprov.New(simprov.Config{Dir: dir, Delay: delay, ServerLog: log})
+			if err != nil {
+				return nil, err
+			}
+			gp = &gatedProvisioner{Provisioner: p, gate: open, holding: make(chan string, 16)}
+			return gp, nil
+		}
+	})
+	c := clientOf(t, srv)
+	hollowProvider(t, c)
+	app, err := c.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String("big"),
+		ContainerDefinitions: []types.ContainerDefinition{{Name: aws.String("app"), Image: aws.String("example/app:1"), Cpu: 768, Memory: aws.Int32(512)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runOne := func() string {
+		run, err := c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("sim"), TaskDefinition: app.TaskDefinition.TaskDefinitionArn,
+			CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("hollow")}}})
+		if err != nil || len(run.Tasks) != 1 {
+			t.Fatalf("run task: %v %v", run, err)
+		}
+		return aws.ToString(run.Tasks[0].TaskArn)
+	}
+	first := runOne()
+	firstOn := waitRunning(t, c, first)
+
+	// From now on launches hang. The next task (it fills an instance too)
+	// gets a launch that does not come.
+	hang := make(chan struct{})
+	gp.setGate(hang)
+	defer close(hang)
+	second := runOne()
+	select {
+	case <-gp.holding:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no launch for the second task")
+	}
+	// The first task stops: its instance has room for the second.
+	if _, err := c.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String("sim"), Task: aws.String(first)}); err != nil {
+		t.Fatal(err)
+	}
+	if on := waitRunning(t, c, second); on != firstOn {
+		t.Fatalf("second task runs on %s, want the freed instance %s", on, firstOn)
+	}
+}
+
+// waitRunning waits for a task to be RUNNING and returns its instance.
+func waitRunning(t *testing.T, c *ecs.Client, task string) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := c.DescribeTasks(context.Background(), &ecs.DescribeTasksInput{Cluster: aws.String("sim"), Tasks: []string{task}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Tasks) == 1 && aws.ToString(out.Tasks[0].LastStatus) == "RUNNING" {
+			return aws.ToString(out.Tasks[0].ContainerInstanceArn)
+		}
+		if time.Now().After(deadline) {
+			status := "missing"
+			if len(out.Tasks) == 1 {
+				status = aws.ToString(out.Tasks[0].LastStatus)
+			}
+			t.Fatalf("task %s not RUNNING after a minute: %s", task, status)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

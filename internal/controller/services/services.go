@@ -61,7 +61,9 @@ const (
 	// several hundred tasks per transaction on the embedded etcd, 40 on
 	// another (control.startChunk).
 	startBatch = 1000
-	stopBatch  = 25
+	// Stops of a pass: tasks on draining instances whose replacements
+	// run leave in hundreds during a daemon rollout.
+	stopBatch = 500
 	// placementRetry is how soon placement is tried again after it failed
 	// (connecting agents and draining instances also wake the service).
 	placementRetry = 10 * time.Second
@@ -244,6 +246,7 @@ func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, bool,
 		if err := r.Tasks.StopServiceTasks(ctx, it, batch, stopReason(reason, sp.Primary)); err != nil {
 			return fail(err)
 		}
+		r.Log.Debug("stopped service tasks", "service", svc.ServiceArn, "reason", int(reason), "stopped", len(batch), "planned", len(plan.Stops))
 		acted = true
 		events = append(events, fmt.Sprintf("%s has stopped %d running tasks: %s.", name, len(ids), taskList(ids)))
 	}
