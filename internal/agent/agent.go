@@ -141,6 +141,11 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	client := ecs.New(eo)
 	for {
 		err := runInstance(ctx, cfg, o, db, rt, client, capacity, info, log)
+		if errors.Is(err, session.ErrInstanceRetired) {
+			// The provider terminates the machine; nothing is left to serve.
+			log.Info("this managed instance was deregistered and is being retired; stopping")
+			return nil
+		}
 		if !errors.Is(err, session.ErrInstanceInactive) {
 			return err
 		}

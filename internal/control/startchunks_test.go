@@ -3,9 +3,11 @@ package control
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -102,5 +104,50 @@ func BenchmarkStartTasks(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "tasks/s")
 		})
+	}
+}
+
+// A services pass's stops that are more than one transaction holds go in
+// several, each checked against the service: every task and its agent's
+// entry end desired STOPPED.
+func TestServiceStopsCommitInChunks(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	const count = 600 // 1,200 writes: more than the embedded member's 1,024 per transaction
+	s, req := startFixture(t, st, 30, 64, count)
+	tasks, failures, err := s.startTasks(ctx, req)
+	if err != nil || len(failures) != 0 || len(tasks) != count {
+		t.Fatalf("started %d, failures %v, err %v", len(tasks), failures, err)
+	}
+	if _, err := st.Txn().Create(store.ServiceKey("c", "web"), store.Service{Service: shapes.Service{ServiceName: "web"}, Cluster: "c"}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := store.Get[store.Service](ctx, st, store.ServiceKey("c", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var items []store.Item[store.Task]
+	for _, tk := range tasks {
+		it, err := store.Get[store.Task](ctx, st, store.TaskKey("c", tk.TaskArn[strings.LastIndex(tk.TaskArn, "/")+1:]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		items = append(items, it)
+	}
+	if err := s.StopServiceTasks(ctx, svc, items, "scale-in"); err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		tk, err := store.Get[store.Task](ctx, st, it.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := store.Get[protocol.Task](ctx, st, store.DesiredKey("c", tk.Value.InstanceID, tk.Value.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.Value.DesiredStatus != "STOPPED" || d.Value.DesiredStatus != "STOPPED" {
+			t.Fatalf("task %s desired %s, its agent's entry %s", tk.Value.ID, tk.Value.DesiredStatus, d.Value.DesiredStatus)
+		}
 	}
 }

@@ -119,13 +119,15 @@ func (a *admission) state() (limit, used, waiting int) {
 	return a.limit, a.used, a.waiting.Len()
 }
 
-// Admission bounds, per core. At least 8 places per core keep group
-// commits and reads in flight while etcd answers; 64 per core bound the
-// memory of messages taken in.
+// Admission bounds, per core. At least 24 places per core keep group
+// commits and reads in flight while etcd answers: a message holds its
+// place while its write commits, and with 8 a fleet's reports in a
+// rollout that replaces instances waited seconds for places while the
+// cores had room. 64 per core bound the memory of messages taken in.
 const (
-	placesLow     = 8
+	placesLow     = 24
 	placesHigh    = 64
-	placesInitial = 8
+	placesInitial = 24
 	// queuedPerCore is how many goroutines may queue for each core before
 	// the bound shrinks. At 5,000 instances an API call's p99 came to
 	// about 1 ms per goroutine queued: 12 per core kept it under 50 ms in

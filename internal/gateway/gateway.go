@@ -142,6 +142,7 @@ type session struct {
 	conn     *websocket.Conn
 	cluster  string
 	instance string
+	managed  bool // provisioned by a capacity provider
 	cancel   context.CancelFunc
 	out      chan protocol.Message
 }
@@ -254,8 +255,9 @@ func (g *Gateway) open(ctx context.Context, conn *websocket.Conn, p auth.Princip
 	if err != nil {
 		return nil, nil, nil, refuse(ctx, conn, "InstanceNotFound", "container instance is not registered")
 	}
+	managed := g.svc.Managed(ctx, ci)
 	if ci.Status == "INACTIVE" {
-		return nil, nil, nil, refuse(ctx, conn, "InstanceInactive", "container instance was deregistered")
+		return nil, nil, nil, refuseWith(ctx, conn, inactive(managed))
 	}
 	sl, err := g.serverLease(ctx)
 	if err != nil {
@@ -272,7 +274,7 @@ func (g *Gateway) open(ctx context.Context, conn *websocket.Conn, p auth.Princip
 	// subscriptions told of, without waiting for every controller's
 	// latest write; a write that conflicts makes it wait for the winner.
 	sctx = g.st.InScope(sctx, g.st.NewScope(), true)
-	s = &session{conn: conn, cluster: cluster, instance: id, cancel: scancel, out: make(chan protocol.Message, 16)}
+	s = &session{conn: conn, cluster: cluster, instance: id, managed: managed, cancel: scancel, out: make(chan protocol.Message, 16)}
 	g.claim(s)
 	g.connected.Inc()
 	g.log.Info("agent connected", "instance", hello.ContainerInstanceArn, "agent_version", hello.AgentVersion, "manifest_seq", hello.ManifestSeq)
@@ -330,8 +332,12 @@ func (g *Gateway) release(s *session) {
 }
 
 func refuse(ctx context.Context, conn *websocket.Conn, code, message string) error {
-	send(ctx, conn, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: code, Message: message}})
-	return fmt.Errorf("%s: %s", code, message)
+	return refuseWith(ctx, conn, &protocol.Error{Code: code, Message: message})
+}
+
+func refuseWith(ctx context.Context, conn *websocket.Conn, e *protocol.Error) error {
+	send(ctx, conn, protocol.Message{Type: protocol.TypeError, Error: e})
+	return fmt.Errorf("%s: %s", e.Code, e.Message)
 }
 
 func read(ctx context.Context, conn *websocket.Conn) (protocol.Message, error) {
@@ -433,7 +439,7 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 			// A deregistered instance loses its session.
 			status, ok, err := g.svc.InstanceStatus(ctx, s.cluster, s.instance)
 			if err == nil && (!ok || status == "INACTIVE") {
-				send(ctx, s.conn, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "InstanceInactive", Message: "container instance was deregistered"}})
+				send(ctx, s.conn, protocol.Message{Type: protocol.TypeError, Error: inactive(s.managed)})
 				return errDeregistered
 			}
 		}
@@ -441,6 +447,15 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 }
 
 var errDeregistered = errors.New("container instance was deregistered")
+
+// inactive tells an agent its instance was deregistered; a managed
+// instance's agent is told it is retired too.
+func inactive(managed bool) *protocol.Error {
+	if managed {
+		return &protocol.Error{Code: "InstanceInactive", Message: "managed container instance was deregistered: its capacity provider terminates it", Retired: true}
+	}
+	return &protocol.Error{Code: "InstanceInactive", Message: "container instance was deregistered"}
+}
 
 // receive handles what the agent sends; any message proves it alive.
 func (g *Gateway) receive(ctx context.Context, s *session) error {

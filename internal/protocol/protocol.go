@@ -153,6 +153,10 @@ type Heartbeat struct {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Retired, with InstanceInactive: the instance is a managed one its
+	// capacity provider terminates, so the agent stops instead of
+	// registering anew (its credential would be refused).
+	Retired bool `json:"retired,omitempty"`
 }
 
 // Timing shared by both ends.

@@ -33,6 +33,11 @@ import (
 // the agent must retire it and register anew.
 var ErrInstanceInactive = errors.New("session: the container instance was deregistered")
 
+// ErrInstanceRetired ends Run: the server deregistered this managed
+// instance, which its capacity provider terminates; registering anew would
+// be refused.
+var ErrInstanceRetired = errors.New("session: the managed container instance was deregistered and is being retired")
+
 // Store is the durable part of the session.
 type Store interface {
 	PutManifest(seq uint64, data []byte) error
@@ -140,7 +145,7 @@ func (c *Client) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, ErrInstanceInactive) {
+		if errors.Is(err, ErrInstanceInactive) || errors.Is(err, ErrInstanceRetired) {
 			return err
 		}
 		if time.Since(started) > 2*c.cfg.MaxBackoff {
@@ -446,6 +451,9 @@ func (c *Client) reader(ctx context.Context, conn *websocket.Conn, out chan<- pr
 		case protocol.TypeError:
 			if m.Error != nil {
 				c.cfg.Log.Warn("server reported an error", "code", m.Error.Code, "message", m.Error.Message)
+				if m.Error.Code == "InstanceInactive" && m.Error.Retired {
+					return ErrInstanceRetired
+				}
 				if m.Error.Code == "InstanceInactive" {
 					return ErrInstanceInactive
 				}

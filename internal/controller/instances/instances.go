@@ -65,10 +65,11 @@ type Reconciler struct {
 	// is in flight: passes go on while they are, leave them alone and count
 	// a launch's room as coming.
 	acting map[string]act
-	// workers bounds the launches and terminations in flight.
-	workers  chan struct{}
-	inFlight sync.WaitGroup
-	pacer    controller.Pacer
+	// launchers and stoppers bound the launches and the terminations in
+	// flight, apart: a rollout waits for launches, not for terminations.
+	launchers, stoppers chan struct{}
+	inFlight            sync.WaitGroup
+	pacer               controller.Pacer
 }
 
 // act is a launch or termination in flight.
@@ -456,9 +457,9 @@ type retirement struct {
 
 // dispatch terminates instances, starts the requested replacements and
 // launches instances of the given sizes in the background, at most
-// launchWorkers at a time over all passes. Failed launches of one pass
-// count once toward the capacity provider's launch backoff; a later pass
-// tries again.
+// launchWorkers launches and as many terminations at a time over all
+// passes. Failed launches of one pass count once toward the capacity
+// provider's launch backoff; a later pass tries again.
 func (r *Reconciler) dispatch(ctx context.Context, cluster, cp string, retire []retirement, replacements []store.Item[control.ManagedInstance], sizes []bin, dc, dm int, now time.Time) {
 	launchFailed := new(sync.Once)
 	for _, t := range retire {
@@ -479,10 +480,14 @@ func (r *Reconciler) run(ctx context.Context, id string, a act, cp, what string,
 	r.mu.Lock()
 	if r.acting == nil {
 		r.acting = map[string]act{}
-		r.workers = make(chan struct{}, launchWorkers)
+		r.launchers = make(chan struct{}, launchWorkers)
+		r.stoppers = make(chan struct{}, launchWorkers)
 	}
 	r.acting[id] = a
-	workers := r.workers
+	workers := r.stoppers
+	if a.launch {
+		workers = r.launchers
+	}
 	r.mu.Unlock()
 	now := r.Now()
 	r.inFlight.Go(func() {
@@ -529,8 +534,10 @@ func (r *Reconciler) busy() bool {
 // (after the loop's context is done, promptly).
 func (r *Reconciler) Wait() { r.inFlight.Wait() }
 
-// launchWorkers bounds the launches in flight from one pass.
-const launchWorkers = 32
+// launchWorkers bounds the launches in flight, and the terminations: each
+// is a provisioner call and a few writes, waiting more than working, and a
+// 25% rollout of 5,000 instances asks for 1,250 of each at once.
+const launchWorkers = 64
 
 // MaxLaunches bounds the instances one pass launches: thousands of
 // waiting tasks get theirs over a few passes, each pass's writes bounded.

@@ -2,7 +2,10 @@ package instances_test
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +24,7 @@ import (
 // simFleet is a server whose managed instances are hollow (sim
 // provisioner), with a capacity provider of 1 vCPU, 1024 MiB instances and
 // a critical daemon of 64 MiB on them.
-func simFleet(t *testing.T) (*ecs.Client, *simprov.Provisioner) {
+func simFleet(t *testing.T) (*ecs.Client, *simprov.Provisioner, *testenv.Server) {
 	t.Helper()
 	srv := testenv.StartServerWith(t, func(c *server.Config) {
 		c.Provisioner = "sim"
@@ -36,7 +39,7 @@ func simFleet(t *testing.T) (*ecs.Client, *simprov.Provisioner) {
 	}
 	c := clientOf(t, srv)
 	hollowProvider(t, c)
-	return c, prov
+	return c, prov, srv
 }
 
 func clientOf(t *testing.T, srv *testenv.Server) *ecs.Client {
@@ -127,7 +130,7 @@ func runAndWait(t *testing.T, c *ecs.Client, prov *simprov.Provisioner, family s
 // Tasks that each need an instance of their own get their instances in
 // one go, not one after another, and no more than they need.
 func TestWaitingTasksLaunchTogether(t *testing.T) {
-	c, prov := simFleet(t)
+	c, prov, _ := simFleet(t)
 	instances, atFirst := runAndWait(t, c, prov, "big", 6, 768, 512)
 	if len(instances) != 6 {
 		t.Fatalf("6 tasks that each fill an instance run on %d instances: %v", len(instances), instances)
@@ -144,7 +147,7 @@ func TestWaitingTasksLaunchTogether(t *testing.T) {
 
 // Waiting tasks that fit together on one instance get one instance.
 func TestWaitingTasksShareALaunch(t *testing.T) {
-	c, prov := simFleet(t)
+	c, prov, _ := simFleet(t)
 	instances, _ := runAndWait(t, c, prov, "small", 4, 128, 128)
 	if len(instances) != 1 {
 		t.Fatalf("4 tasks that fit one instance run on %d instances: %v", len(instances), instances)
@@ -263,5 +266,41 @@ func waitRunning(t *testing.T, c *ecs.Client, task string) string {
 			t.Fatalf("task %s not RUNNING after a minute: %s", task, status)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A managed instance's agent stops once its instance is deregistered: the
+// capacity provider terminates it, and registering anew (as an agent on a
+// host of one's own does) would only be refused.
+func TestRetiredInstancesAgentStops(t *testing.T) {
+	ctx := context.Background()
+	c, prov, srv := simFleet(t)
+	instances, _ := runAndWait(t, c, prov, "small", 1, 128, 128)
+	for arn := range instances {
+		if _, err := c.DeregisterContainerInstance(ctx, &ecs.DeregisterContainerInstanceInput{Cluster: aws.String("sim"),
+			ContainerInstance: aws.String(arn), Force: aws.Bool(true)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for len(prov.Handles()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("instances still held a minute after deregistration: %v", prov.Handles())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "capstan_api_requests_total{") && strings.Contains(line, `operation="RegisterContainerInstance"`) && !strings.Contains(line, `code=""`) {
+			t.Errorf("the retired instance's agent tried to register again: %s", line)
+		}
 	}
 }
