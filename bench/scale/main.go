@@ -36,6 +36,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -295,6 +296,9 @@ type Rollout struct {
 	Stalled   string `json:"stalled,omitempty"`
 	// StealSeconds is the machine's steal time during the rollout.
 	StealSeconds float64 `json:"steal_seconds"`
+	// Writes is what was written to etcd during the rollout, by kind of
+	// record (the server's store counts what its watch sees).
+	Writes map[string]store.WriteCount `json:"writes,omitempty"`
 }
 
 // rolloutView is the part of CapstanV1.DescribeDaemonRollout read here.
@@ -754,6 +758,7 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 				return err
 			}
 		}
+		written := h.srv.Store.Writes()
 		t := time.Now()
 		_, err = h.c.UpdateDaemon(ctx, &ecs.UpdateDaemonInput{DaemonArn: aws.String(daemonArn), DaemonTaskDefinitionArn: aws.String(td),
 			CapacityProviderArns: []string{h.cpArn}, Critical: aws.Bool(true),
@@ -812,6 +817,7 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 		}
 		r.Reason = aws.ToString(dep.StatusReason)
 		r.StealSeconds += stealSeconds()
+		r.Writes = store.WritesSince(written, h.srv.Store.Writes())
 		h.progress(ctx, daemonArn, depArn, &r)
 		rep.Rollouts = append(rep.Rollouts, r)
 		if drain == 25 && rep.RolloutSeconds < 0 {
@@ -977,6 +983,29 @@ func printLatencies(w io.Writer, byOp, byPosition map[string][2]float64) {
 	}
 }
 
+// printWrites lists a rollout's etcd writes by kind, most bytes first,
+// and per instance of the fleet.
+func printWrites(w io.Writer, ws map[string]store.WriteCount, instances int) {
+	if len(ws) == 0 || instances == 0 {
+		return
+	}
+	var total store.WriteCount
+	kinds := slices.Collect(maps.Keys(ws))
+	for _, k := range kinds {
+		total.Puts += ws[k].Puts
+		total.Deletes += ws[k].Deletes
+		total.Bytes += ws[k].Bytes
+	}
+	slices.SortFunc(kinds, func(a, b string) int { return cmp.Or(cmp.Compare(ws[b].Bytes, ws[a].Bytes), strings.Compare(a, b)) })
+	per := float64(instances)
+	fmt.Fprintf(w, "  etcd writes: puts / deletes / MiB (per instance: puts, KiB)\t%d / %d / %.1f\t%.1f, %.1f\n", total.Puts, total.Deletes,
+		float64(total.Bytes)/(1<<20), float64(total.Puts)/per, float64(total.Bytes)/1024/per)
+	for _, k := range kinds {
+		c := ws[k]
+		fmt.Fprintf(w, "    %s\t%d / %d / %.1f\t%.1f, %.1f\n", k, c.Puts, c.Deletes, float64(c.Bytes)/(1<<20), float64(c.Puts)/per, float64(c.Bytes)/1024/per)
+	}
+}
+
 func printTable(w io.Writer, r *Report) {
 	m := r.Machine
 	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, CPU stolen by the host %.1f s, etcd %s, agents at nice %d, GOGC %d, state in %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
@@ -994,6 +1023,7 @@ func printTable(w io.Writer, r *Report) {
 	for _, ro := range r.Rollouts {
 		fmt.Fprintf(tw, "UpdateDaemon drainPercent %v → SUCCESSFUL\t%s\t%s, %d/%d on target, %.1f s stolen\n", ro.DrainPercent, secs(ro.Seconds), ro.Status,
 			ro.OnTarget, ro.OnTarget+ro.Remaining, ro.StealSeconds)
+		printWrites(tw, ro.Writes, r.Instances)
 	}
 	fmt.Fprintf(tw, "API during rollout, client %s (%d calls, %d errors)\tp50 %.1f ms\tp99 %.1f ms\n", r.APIClient, r.APISamples, r.APIErrors, r.APIP50Ms, r.APIP99Ms)
 	printLatencies(tw, r.APIByOp, r.APIByPosition)

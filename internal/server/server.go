@@ -233,6 +233,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(h.Collectors()...)
 	reg.MustRegister(gw.Collectors()...)
+	reg.MustRegister(storeWrites{st})
 
 	mux := http.NewServeMux()
 	mux.Handle("/", h)

@@ -78,6 +78,7 @@ type cache struct {
 	// agent session holds two).
 	byPrefix map[string]map[*Subscription]struct{}
 	lens     map[int]int // prefix length → subscriptions of that length
+	writes   writeCounts
 	indexes  []index
 }
 
@@ -204,6 +205,7 @@ func (c *cache) follow(ctx context.Context) error {
 func (c *cache) apply(events []*clientv3.Event, rev int64) {
 	c.ixmu.Lock()
 	defer c.ixmu.Unlock()
+	c.writes.add(c.prefix, events)
 	changes := make([]Change, 0, len(events))
 	if len(events) > 0 {
 		tree := c.tree.Load().Clone()
