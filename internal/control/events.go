@@ -40,9 +40,10 @@ const (
 	maxEventWait  = 20
 )
 
-// Emitter records events in the store. Each event is one put, attached to
-// a lease shared by every event of the same minute, so events expire after
-// the retention without a cleanup job and without a lease per event.
+// Emitter records events in the store. The events of one write are one
+// page (eventpages.go), attached to a lease shared by every page of the
+// same minute, so events expire after the retention without a cleanup job
+// and without a lease per event.
 type Emitter struct {
 	st        *store.Store
 	log       *slog.Logger
@@ -188,8 +189,9 @@ type pendingEvent struct {
 	logFailure bool // nobody waits for the outcome
 }
 
-// maxEventBatch bounds one event write (etcd takes 128 operations per
-// transaction by default).
+// maxEventBatch bounds one event write, and so a page (~200 KB at most).
+// A page is also at most a twentieth of the limit: the limit deletes whole
+// pages, and keeps within a page of it.
 const maxEventBatch = 100
 
 // write commits queued events until none are left. Events that queue while
@@ -198,7 +200,7 @@ const maxEventBatch = 100
 func (e *Emitter) write() {
 	for {
 		e.mu.Lock()
-		batch := e.pending[:min(len(e.pending), maxEventBatch)]
+		batch := e.pending[:min(len(e.pending), maxEventBatch, max(e.limit/20, 1))]
 		e.pending = e.pending[len(batch):]
 		if len(batch) == 0 {
 			e.pending, e.writing = nil, false
@@ -225,19 +227,28 @@ func (e *Emitter) write() {
 func (e *Emitter) commit(batch []*pendingEvent) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), emitTimeout)
 	defer cancel()
+	pages := newEventPages(batch)
 	for attempt := 0; ; attempt++ {
 		tx := e.st.Txn()
 		used := map[int64]*store.Lease{}
-		for _, p := range batch {
-			l, ok := used[p.bucket]
+		for cluster, ps := range pages {
+			// The newest event's bucket: every event of the page lives
+			// at least the retention.
+			bucket := ps[0].bucket
+			page := eventPage{Events: make([]events.Event, len(ps))}
+			for i, p := range ps {
+				bucket = max(bucket, p.bucket)
+				page.Events[i] = p.ev
+			}
+			l, ok := used[bucket]
 			if !ok {
 				var err error
-				if l, err = e.lease(ctx, p.bucket); err != nil {
+				if l, err = e.lease(ctx, bucket); err != nil {
 					return 0, err
 				}
-				used[p.bucket] = l
+				used[bucket] = l
 			}
-			tx.PutWithLease(store.EventKey(p.cluster, p.ev.ID), p.ev, l)
+			tx.PutWithLease(eventPageKey(cluster, ps[0].ev.ID, len(ps)), page, l)
 		}
 		rev, err := tx.Commit(ctx)
 		if err == nil {
@@ -287,13 +298,25 @@ func (e *Emitter) emittedOne(cluster string) {
 
 // trim deletes a cluster's oldest events beyond the limit.
 func (e *Emitter) trim(ctx context.Context, cluster string) error {
-	n, err := e.st.Count(ctx, store.EventPrefix(cluster))
-	if err != nil || n <= e.limit {
-		return err
-	}
-	old, _, err := store.Revisions(ctx, e.st, store.EventPrefix(cluster), "", n-e.limit)
+	prefix := store.EventPrefix(cluster)
+	pages, _, err := store.Revisions(ctx, e.st, prefix, "", 0)
 	if err != nil {
 		return err
+	}
+	n := 0
+	for _, p := range pages {
+		_, c := eventPageOf(p.Key[len(prefix):])
+		n += c
+	}
+	// Whole pages, oldest first, until no more than the limit are left.
+	var old []store.Item[struct{}]
+	for _, p := range pages {
+		if n <= e.limit {
+			break
+		}
+		_, c := eventPageOf(p.Key[len(prefix):])
+		old = append(old, p)
+		n -= c
 	}
 	for chunk := range slices.Chunk(old, 100) {
 		tx := e.st.Txn()
@@ -563,38 +586,55 @@ func (s *Service) ListEvents(ctx context.Context, req *ListEventsRequest) (*List
 func (s *Service) scanEvents(ctx context.Context, prefix string, cur eventCursor, match func(events.Event) bool, limit int) ([]events.Event, eventCursor, error) {
 	rev := s.st.Revision()
 	after := ""
-	switch {
-	case cur.hasRev && cur.id != "":
-		after = prefix + eventIDFloor(eventIDTime(cur.id).Add(-eventLookback))
-	case cur.id != "":
-		after = prefix + cur.id
+	if cur.id != "" {
+		// A page is keyed by its first event, and one that began before
+		// the cursor's lookback may still hold events within it.
+		after = prefix + eventIDFloor(eventIDTime(cur.id).Add(-2*eventLookback))
 	}
 	out := []events.Event{}
 	last := "" // the last ID consumed, in order
-	for {
-		items, more, err := store.List[events.Event](ctx, s.st, prefix, after, 256)
-		if err != nil {
-			return nil, cur, err
-		}
-		for _, it := range items {
-			after = it.Key
-			id := it.Key[len(prefix):]
-			if it.Rev > rev || id <= cur.id && (!cur.hasRev || it.Rev <= cur.rev) {
+	// consume takes events in ID order; it reports a full answer.
+	consume := func(evs []storedEvent) bool {
+		for _, se := range evs {
+			id := se.ev.ID
+			if se.rev > rev || id <= cur.id && (!cur.hasRev || se.rev <= cur.rev) {
 				continue // a later listing's, or already covered
 			}
-			if !match(it.Value) {
+			if !match(se.ev) {
 				last = id
 				continue
 			}
 			if len(out) == limit {
+				return true
+			}
+			out = append(out, se.ev)
+			last = id
+		}
+		return false
+	}
+	var m eventMerge
+	for {
+		pages, more, err := readEventPages(ctx, s.st, prefix, after, eventPagesRead)
+		if err != nil {
+			return nil, cur, err
+		}
+		for _, p := range pages {
+			after = p.Key
+			name := p.Key[len(prefix):]
+			first, _ := eventPageOf(name)
+			if consume(m.add(first, p.Rev, pageEvents(name, p.Value))) {
 				// Everything up to last is consumed; what follows is not.
 				return out, eventCursor{id: last, rev: rev, hasRev: true}, nil
 			}
-			out = append(out, it.Value)
-			last = id
 		}
 		if !more {
+			if consume(m.rest()) {
+				return out, eventCursor{id: last, rev: rev, hasRev: true}, nil
+			}
 			return out, eventCursor{id: max(cur.id, last), rev: rev, hasRev: true}, nil
 		}
 	}
 }
+
+// eventPagesRead is how many pages a listing reads from etcd at once.
+const eventPagesRead = 16

@@ -3,9 +3,11 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,10 +36,10 @@ func TestEventLimitKeepsTheNewest(t *testing.T) {
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	var kept []store.Item[events.Event]
+	var kept []events.Event
 	var err error
 	for {
-		kept, _, err = store.List[events.Event](ctx, st, store.EventPrefix("big"), "", 0)
+		kept, err = storedEvents(ctx, st, "big")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,24 +51,24 @@ func TestEventLimitKeepsTheNewest(t *testing.T) {
 	if len(kept) > limit+max(limit/20, 1) {
 		t.Fatalf("%d events kept, limit %d", len(kept), limit)
 	}
-	for _, it := range kept {
-		ids = append(ids, it.Value.ID)
+	for _, ev := range kept {
+		ids = append(ids, ev.ID)
 	}
 	// What is kept is the newest, in order, with nothing missing between.
 	if !slices.IsSorted(ids) {
 		t.Fatalf("kept events out of order: %v", ids)
 	}
 	n := func(ev events.Event) int { v, _ := strconv.Atoi(string(ev.Detail)); return v }
-	last := n(kept[len(kept)-1].Value)
+	last := n(kept[len(kept)-1])
 	if last != 299 {
 		t.Fatalf("newest kept event is %d, want 299", last)
 	}
-	for i, it := range kept {
-		if want := 300 - len(kept) + i; n(it.Value) != want {
-			t.Fatalf("event %d kept is %d, want %d", i, n(it.Value), want)
+	for i, ev := range kept {
+		if want := 300 - len(kept) + i; n(ev) != want {
+			t.Fatalf("event %d kept is %d, want %d", i, n(ev), want)
 		}
 	}
-	small, err := st.Count(ctx, store.EventPrefix("small"))
+	small, err := storedEventCount(ctx, st, "small")
 	if err != nil || small != 10 {
 		t.Fatalf("the other cluster kept %d events (%v), want all 10", small, err)
 	}
@@ -82,7 +84,7 @@ func TestRecordLeavesTheWriteBehindUpToTheBacklog(t *testing.T) {
 	e := newEmitter(st, slog.New(slog.DiscardHandler), time.Now, arns{account: "123456789012", region: "us-east-1"}, time.Hour, 0)
 	defer e.EndWaits()
 	count := func() int {
-		n, err := st.Count(ctx, store.EventPrefix("c"))
+		n, err := storedEventCount(ctx, st, "c")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,5 +136,81 @@ func TestListEventsSeesWhatWasRecordedBeforeIt(t *testing.T) {
 		if len(out.Events) != i+1 {
 			t.Fatalf("after %d recorded, listed %d", i+1, len(out.Events))
 		}
+	}
+}
+
+// The events of one write are one page; pages that interleave (two
+// servers writing at once) are listed in ID order, page after page of the
+// answer, without loss or repeat; the limit deletes whole pages, oldest
+// first.
+func TestEventPagesListInOrder(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	s, _ := startFixture(t, st, 0, 300, 0)
+	// Two pages written by hand, their IDs interleaved, ten seconds ago.
+	ms := time.Now().Add(-10 * time.Second).UnixMilli()
+	id := func(i int) string { return fmt.Sprintf("%08x-%04x-7%03x-8000-000000000000", ms>>16, ms&0xffff, i) }
+	page := func(ids ...int) eventPage {
+		var p eventPage
+		for _, i := range ids {
+			p.Events = append(p.Events, events.Event{ID: id(i), DetailType: events.DetailTypes[0], Resources: []string{}, Detail: json.RawMessage(strconv.Itoa(i))})
+		}
+		return p
+	}
+	if _, err := st.Txn().Create(eventPageKey("c", id(1), 3), page(1, 3, 5)).Create(eventPageKey("c", id(2), 2), page(2, 4)).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Events recorded while the writer is busy go in one write: one page.
+	s.events.mu.Lock()
+	s.events.writing = true
+	s.events.mu.Unlock()
+	for i := range 7 {
+		s.events.Record(ctx, "c", events.Event{DetailType: events.DetailTypes[0], Detail: json.RawMessage(strconv.Itoa(100 + i))})
+	}
+	go s.events.write()
+	if err := s.events.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys, _, err := store.Keys(ctx, st, store.EventPrefix("c"), "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 3 || !strings.HasSuffix(keys[2], ".7") {
+		t.Fatalf("stored keys %v, want the two pages and one of the 7 recorded", keys)
+	}
+	if n, err := storedEventCount(ctx, st, "c"); err != nil || n != 12 {
+		t.Fatalf("%d events counted (%v), want 12", n, err)
+	}
+	var got []string
+	cursor := ""
+	for range 20 {
+		out, err := s.ListEvents(ctx, &ListEventsRequest{Cluster: "c", After: cursor, MaxResults: ptr(int32(2))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Events) == 0 {
+			break
+		}
+		for _, ev := range out.Events {
+			got = append(got, string(ev.Detail))
+		}
+		cursor = out.Cursor
+	}
+	want := []string{"1", "2", "3", "4", "5", "100", "101", "102", "103", "104", "105", "106"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("listed %v, want %v", got, want)
+	}
+	// A limit of 8 deletes the two oldest pages (5 events), not part of
+	// the newest.
+	s.events.limit = 8
+	if err := s.events.trim(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := storedEvents(ctx, st, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 7 || string(kept[0].Detail) != "100" {
+		t.Fatalf("kept %d events after the trim, first %s; want the 7 newest", len(kept), kept[0].Detail)
 	}
 }
