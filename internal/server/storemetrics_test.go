@@ -2,8 +2,6 @@ package server_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"regexp"
 	"strconv"
 	"testing"
@@ -27,7 +25,7 @@ func TestMetricsCountStoreWritesByKind(t *testing.T) {
 	bytes := regexp.MustCompile(`(?m)^capstan_store_written_bytes_total\{kind="clusters"\} (\d+)$`)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		body := scrape(t, srv.URL+"/metrics")
+		body := srv.Metrics(t)
 		p, b := puts.FindStringSubmatch(body), bytes.FindStringSubmatch(body)
 		if p != nil && b != nil {
 			n, _ := strconv.Atoi(p[1])
@@ -42,18 +40,4 @@ func TestMetricsCountStoreWritesByKind(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func scrape(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

@@ -5,7 +5,9 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,6 +131,21 @@ func (s *Server) ECSWith(keyID, secret string) *ecs.Client {
 		Credentials:      credentials.NewStaticCredentialsProvider(keyID, secret, ""),
 		RetryMaxAttempts: 1,
 	})
+}
+
+// Metrics returns the server's /metrics page.
+func (s *Server) Metrics(t testing.TB) string {
+	t.Helper()
+	resp, err := http.Get(s.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // Env returns environment variables that point the AWS CLI at the server.

@@ -2,9 +2,7 @@ package instances_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -289,16 +287,7 @@ func TestRetiredInstancesAgentStops(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	resp, err := http.Get(srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(srv.Metrics(t), "\n") {
 		if strings.HasPrefix(line, "capstan_api_requests_total{") && strings.Contains(line, `operation="RegisterContainerInstance"`) && !strings.Contains(line, `code=""`) {
 			t.Errorf("the retired instance's agent tried to register again: %s", line)
 		}
