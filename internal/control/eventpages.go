@@ -3,7 +3,6 @@ package control
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,8 +60,7 @@ type eventRecord struct {
 }
 
 // newEventPages groups a write's events by cluster into pages, each in ID
-// order with the lease of its newest event's bucket, so that every event
-// of the page lives at least the retention.
+// order.
 func newEventPages(batch []*pendingEvent) map[string][]*pendingEvent {
 	out := map[string][]*pendingEvent{}
 	for _, p := range batch {
@@ -84,10 +82,15 @@ func storedEventCount(ctx context.Context, st *store.Store, cluster string) (int
 	}
 	n := 0
 	for _, k := range keys {
-		_, c := eventPageOf(k[len(prefix):])
-		n += c
+		n += pageCount(prefix, k)
 	}
 	return n, nil
+}
+
+// pageCount is how many events the page at key holds.
+func pageCount(prefix, key string) int {
+	_, n := eventPageOf(key[len(prefix):])
+	return n
 }
 
 // eventMerge yields a cluster's stored events in ID order from its pages
@@ -119,6 +122,13 @@ func (m *eventMerge) add(first string, rev int64, evs []events.Event) []storedEv
 	return m.take(i)
 }
 
+// addPage is add for a page as read from the store under prefix.
+func (m *eventMerge) addPage(prefix string, p store.Item[eventRecord]) []storedEvent {
+	name := p.Key[len(prefix):]
+	first, _ := eventPageOf(name)
+	return m.add(first, p.Rev, pageEvents(name, p.Value))
+}
+
 // rest returns what is left once no page follows.
 func (m *eventMerge) rest() []storedEvent { return m.take(len(m.buf)) }
 
@@ -128,30 +138,17 @@ func (m *eventMerge) take(n int) []storedEvent {
 	return out
 }
 
-// readEventPages reads the pages of prefix after the key `after`, up to
-// limit of them, and returns them with their names (keys without the
-// prefix), in key order.
-func readEventPages(ctx context.Context, st *store.Store, prefix, after string, limit int) (pages []store.Item[eventRecord], more bool, err error) {
-	items, more, err := store.List[eventRecord](ctx, st, prefix, after, limit)
-	if err != nil {
-		return nil, false, fmt.Errorf("read events: %w", err)
-	}
-	return items, more, nil
-}
-
 // storedEvents lists every event a cluster keeps, in ID order.
 func storedEvents(ctx context.Context, st *store.Store, cluster string) ([]events.Event, error) {
 	prefix := store.EventPrefix(cluster)
-	pages, _, err := readEventPages(ctx, st, prefix, "", 0)
+	pages, _, err := store.List[eventRecord](ctx, st, prefix, "", 0)
 	if err != nil {
 		return nil, err
 	}
 	var m eventMerge
 	var out []events.Event
 	for _, p := range pages {
-		name := p.Key[len(prefix):]
-		first, _ := eventPageOf(name)
-		for _, se := range m.add(first, p.Rev, pageEvents(name, p.Value)) {
+		for _, se := range m.addPage(prefix, p) {
 			out = append(out, se.ev)
 		}
 	}

@@ -305,19 +305,14 @@ func (e *Emitter) trim(ctx context.Context, cluster string) error {
 	}
 	n := 0
 	for _, p := range pages {
-		_, c := eventPageOf(p.Key[len(prefix):])
-		n += c
+		n += pageCount(prefix, p.Key)
 	}
 	// Whole pages, oldest first, until no more than the limit are left.
-	var old []store.Item[struct{}]
-	for _, p := range pages {
-		if n <= e.limit {
-			break
-		}
-		_, c := eventPageOf(p.Key[len(prefix):])
-		old = append(old, p)
-		n -= c
+	drop := 0
+	for ; drop < len(pages) && n > e.limit; drop++ {
+		n -= pageCount(prefix, pages[drop].Key)
 	}
+	old := pages[:drop]
 	for chunk := range slices.Chunk(old, 100) {
 		tx := e.st.Txn()
 		for _, it := range chunk {
@@ -614,15 +609,13 @@ func (s *Service) scanEvents(ctx context.Context, prefix string, cur eventCursor
 	}
 	var m eventMerge
 	for {
-		pages, more, err := readEventPages(ctx, s.st, prefix, after, eventPagesRead)
+		pages, more, err := store.List[eventRecord](ctx, s.st, prefix, after, eventPagesRead)
 		if err != nil {
 			return nil, cur, err
 		}
 		for _, p := range pages {
 			after = p.Key
-			name := p.Key[len(prefix):]
-			first, _ := eventPageOf(name)
-			if consume(m.add(first, p.Rev, pageEvents(name, p.Value))) {
+			if consume(m.addPage(prefix, p)) {
 				// Everything up to last is consumed; what follows is not.
 				return out, eventCursor{id: last, rev: rev, hasRev: true}, nil
 			}

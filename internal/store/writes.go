@@ -1,8 +1,8 @@
 package store
 
 import (
+	"bytes"
 	"maps"
-	"strings"
 	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -37,13 +37,16 @@ func (w *writeCounts) add(prefix string, events []*clientv3.Event) {
 		w.m = map[string]*WriteCount{}
 	}
 	for _, ev := range events {
-		key := string(ev.Kv.Key[min(len(prefix), len(ev.Kv.Key)):])
-		kind, _, _ := strings.Cut(key, "/")
-		c := w.m[kind]
+		// On the watch's path: the kind is looked up in the key's bytes,
+		// without a string per change.
+		kind := ev.Kv.Key[min(len(prefix), len(ev.Kv.Key)):]
+		if i := bytes.IndexByte(kind, '/'); i >= 0 {
+			kind = kind[:i]
+		}
+		c := w.m[string(kind)]
 		if c == nil {
-			// Cloned: the kind must not keep its first key's bytes.
 			c = &WriteCount{}
-			w.m[strings.Clone(kind)] = c
+			w.m[string(kind)] = c
 		}
 		if ev.Type == mvccpb.DELETE {
 			c.Deletes++
