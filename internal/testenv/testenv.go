@@ -126,10 +126,10 @@ func (s *Server) ECS() *ecs.Client {
 // ECSWith returns an ECS client signed with the given credential.
 func (s *Server) ECSWith(keyID, secret string) *ecs.Client {
 	return ecs.New(ecs.Options{
-		Region:           "us-east-1",
-		BaseEndpoint:     aws.String(s.URL),
-		Credentials:      credentials.NewStaticCredentialsProvider(keyID, secret, ""),
-		RetryMaxAttempts: 1,
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(s.URL),
+		Credentials:  credentials.NewStaticCredentialsProvider(keyID, secret, ""),
+		Retryer:      Retryer(),
 	})
 }
 

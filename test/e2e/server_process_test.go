@@ -21,6 +21,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/capstanhq/capstan/internal/testenv"
 )
 
 var (
@@ -128,7 +130,7 @@ func startServerProcess(t *testing.T, addr string, args ...string) *serverProces
 
 func (p *serverProcess) client() *ecs.Client {
 	return ecs.New(ecs.Options{Region: "us-east-1", BaseEndpoint: aws.String("http://" + p.addr),
-		Credentials: credentials.NewStaticCredentialsProvider(testKey, testSecret, ""), RetryMaxAttempts: 1})
+		Credentials: credentials.NewStaticCredentialsProvider(testKey, testSecret, ""), Retryer: testenv.Retryer()})
 }
 
 func (p *serverProcess) kill9(t *testing.T) {

@@ -110,8 +110,8 @@ func newFleet(t *testing.T, edit func(*server.Config)) *fleet {
 func (f *fleet) init() {
 	f.t.Helper()
 	f.c = ecs.New(ecs.Options{Region: "us-east-1", BaseEndpoint: aws.String(f.url),
-		Credentials:      credentials.NewStaticCredentialsProvider(f.creds.AccessKeyID, f.creds.SecretAccessKey, ""),
-		RetryMaxAttempts: 1})
+		Credentials: credentials.NewStaticCredentialsProvider(f.creds.AccessKeyID, f.creds.SecretAccessKey, ""),
+		Retryer:     testenv.Retryer()})
 	f.ev = coverage.NewClient(f.url, f.creds, nil)
 	f.h = coverage.NewHistory()
 	f.image = testenv.BusyboxImage(f.t)
