@@ -296,6 +296,9 @@ type Rollout struct {
 	Stalled   string `json:"stalled,omitempty"`
 	// StealSeconds is the machine's steal time during the rollout.
 	StealSeconds float64 `json:"steal_seconds"`
+	// ServerCPUSeconds is the CPU the server's process (embedded etcd
+	// included) used during the rollout.
+	ServerCPUSeconds float64 `json:"server_cpu_seconds"`
 	// Writes is what was written to etcd during the rollout, by kind of
 	// record (the server's store counts what its watch sees).
 	Writes map[string]store.WriteCount `json:"writes,omitempty"`
@@ -768,7 +771,7 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 			stopSampling()
 			return fmt.Errorf("update daemon (drainPercent %v): %w", drain, err)
 		}
-		r := Rollout{DrainPercent: drain, Seconds: -1, StealSeconds: -stealSeconds()}
+		r := Rollout{DrainPercent: drain, Seconds: -1, StealSeconds: -stealSeconds(), ServerCPUSeconds: -cpuSeconds(os.Getpid())}
 		_, depArn, err := h.daemonRunning(ctx, daemonArn)
 		if err != nil {
 			stopSampling()
@@ -817,6 +820,7 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 		}
 		r.Reason = aws.ToString(dep.StatusReason)
 		r.StealSeconds += stealSeconds()
+		r.ServerCPUSeconds += cpuSeconds(os.Getpid())
 		r.Writes = store.WritesSince(written, h.srv.Store.Writes())
 		h.progress(ctx, daemonArn, depArn, &r)
 		rep.Rollouts = append(rep.Rollouts, r)
@@ -1021,8 +1025,8 @@ func printTable(w io.Writer, r *Report) {
 		fmt.Fprintf(tw, "  → all RUNNING\t%.1f s\t%.0f tasks/s\n", r.ServiceSeconds, r.RunningPerSecond)
 	}
 	for _, ro := range r.Rollouts {
-		fmt.Fprintf(tw, "UpdateDaemon drainPercent %v → SUCCESSFUL\t%s\t%s, %d/%d on target, %.1f s stolen\n", ro.DrainPercent, secs(ro.Seconds), ro.Status,
-			ro.OnTarget, ro.OnTarget+ro.Remaining, ro.StealSeconds)
+		fmt.Fprintf(tw, "UpdateDaemon drainPercent %v → SUCCESSFUL\t%s\t%s, %d/%d on target, %.1f s stolen, server CPU %.1f s\n", ro.DrainPercent, secs(ro.Seconds), ro.Status,
+			ro.OnTarget, ro.OnTarget+ro.Remaining, ro.StealSeconds, ro.ServerCPUSeconds)
 		printWrites(tw, ro.Writes, r.Instances)
 	}
 	fmt.Fprintf(tw, "API during rollout, client %s (%d calls, %d errors)\tp50 %.1f ms\tp99 %.1f ms\n", r.APIClient, r.APISamples, r.APIErrors, r.APIP50Ms, r.APIP99Ms)

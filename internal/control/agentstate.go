@@ -87,11 +87,13 @@ func (s *Service) ApplyTaskStates(ctx context.Context, cluster, instanceID strin
 	return nil
 }
 
-// applyTogether writes, in one transaction, the states that change only
-// their task (nothing stopping or stopped, which also writes the instance)
-// and returns the others. An agent reports a batch of its tasks at once (a
-// service's tasks starting on it); one write each would be as many etcd
-// commits. After a conflict it returns them all, to be written one by one.
+// applyTogether writes, in one transaction, what a batch of an agent's
+// reports changes and returns the reports it leaves to be written one by
+// one: a critical daemon stopping on its own (its instance may leave
+// service with it) and whatever it could not read. An agent reports its
+// tasks in batches (a service's tasks starting or stopping on it); one
+// write each would be as many etcd commits and as many rewrites of the
+// instance the stopped ones release. After a conflict it returns them all.
 func (s *Service) applyTogether(ctx context.Context, cluster, instanceID string, states []protocol.TaskState) ([]protocol.TaskState, error) {
 	ctx, err := s.st.ReadOnly(ctx)
 	if err != nil {
@@ -99,11 +101,14 @@ func (s *Service) applyTogether(ctx context.Context, cluster, instanceID string,
 	}
 	var rest []protocol.TaskState
 	var written []store.Task
+	var ci *store.Item[store.ContainerInstance] // read at the first release
+	ciRead, ciDirty := false, false
+	ops := 1 // the instance
 	seen := map[string]bool{}
 	tx := s.st.Txn()
 	for _, st := range states {
 		id, err := s.taskID("arn", cluster, st.Arn)
-		if err != nil || seen[id] || len(written) >= s.st.MaxTxnOps()-8 {
+		if err != nil || seen[id] || ops+2 > s.st.MaxTxnOps()-8 {
 			rest = append(rest, st) // the one-by-one path handles it
 			continue
 		}
@@ -118,17 +123,52 @@ func (s *Service) applyTogether(ctx context.Context, cluster, instanceID string,
 			rest = append(rest, st) // ignored there, with the same checks
 			continue
 		}
+		unexpected := t.DesiredStatus == "RUNNING"
 		mergeState(&t, st)
-		if t.LastStatus == "STOPPED" || t.LastStatus == "STOPPING" || t.LastStatus == "DEACTIVATING" {
+		stopping := t.LastStatus == "STOPPED" || t.LastStatus == "STOPPING" || t.LastStatus == "DEACTIVATING"
+		if stopping && unexpected && t.Kind == protocol.KindDaemon {
 			rest = append(rest, st)
 			continue
 		}
+		if t.LastStatus == "STOPPED" {
+			dkey := store.DesiredKey(t.Cluster, t.InstanceID, t.ID)
+			d, derr := store.Get[keyOnly](ctx, s.st, dkey)
+			if derr != nil && !errors.Is(derr, store.ErrNotFound) {
+				rest = append(rest, st)
+				continue
+			}
+			if t.Reserved != nil && !ciRead {
+				ciRead = true
+				got, err := store.Get[store.ContainerInstance](ctx, s.st, store.ContainerInstanceKey(cluster, instanceID))
+				if err != nil && !errors.Is(err, store.ErrNotFound) {
+					return states, nil
+				}
+				if err == nil {
+					ci = &got
+				}
+			}
+			if derr == nil {
+				tx.Delete(dkey, d.Rev)
+				ops++
+			}
+			if t.Reserved != nil && ci != nil {
+				giveBack(&ci.Value, t.Reserved)
+				ciDirty = true
+			}
+			t.Reserved = nil
+			t.DesiredStatus = "STOPPED"
+		}
 		*t.Version++
 		tx.Update(it.Key, it.Rev, t)
+		ops++
 		written = append(written, t)
 	}
 	if len(written) == 0 {
 		return states, nil
+	}
+	if ciDirty {
+		*ci.Value.Version++
+		tx.Update(ci.Key, ci.Rev, ci.Value)
 	}
 	if _, err := tx.CommitGrouped(ctx); errors.Is(err, store.ErrConflict) {
 		return states, nil
@@ -267,19 +307,25 @@ func (s *Service) release(ctx context.Context, tx *store.Txn, t store.Task, drai
 		ci.Status, ci.StatusReason = "DRAINING", drainReason
 		defer func() { tx.OnCommit(func() { s.instanceChanged(ctx, ci) }) }()
 	}
-	if r := t.Reserved; r != nil {
-		rem := readResources(ci.RemainingResources)
-		rem.cpu += r.CPU
-		rem.memory += r.Memory
-		registered := readResources(ci.RegisteredResources)
-		rem.ports = slices.DeleteFunc(rem.ports, func(p string) bool {
-			return slices.Contains(r.Ports, p) && !slices.Contains(registered.ports, p)
-		})
-		ci.RemainingResources = rem.shapes()
+	if t.Reserved != nil {
+		giveBack(&ci, t.Reserved)
 	}
 	*ci.Version++
 	tx.Update(it.Key, it.Rev, ci)
 	return nil
+}
+
+// giveBack returns a stopped task's reservation to its instance's
+// remaining resources.
+func giveBack(ci *store.ContainerInstance, r *store.Reservation) {
+	rem := readResources(ci.RemainingResources)
+	rem.cpu += r.CPU
+	rem.memory += r.Memory
+	registered := readResources(ci.RegisteredResources)
+	rem.ports = slices.DeleteFunc(rem.ports, func(p string) bool {
+		return slices.Contains(r.Ports, p) && !slices.Contains(registered.ports, p)
+	})
+	ci.RemainingResources = rem.shapes()
 }
 
 // mergeState copies an agent's report into the task record.

@@ -10,18 +10,18 @@ import (
 	"github.com/capstanhq/capstan/internal/store"
 )
 
-// A report of several tasks writes the starting ones together and a
-// stopped one on its own (it also releases its reservation); a replay of
-// the same report changes nothing.
+// A report of several tasks is one write: the starting ones, and the
+// stopped ones with their reservations given back to the instance in one
+// rewrite of it; a replay of the same report changes nothing.
 func TestApplyTaskStatesBatch(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
 	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
-	ci := instanceRecord("i1", "ACTIVE", 1024-3*100, 2048-3*200)
+	ci := instanceRecord("i1", "ACTIVE", 1024-4*100, 2048-4*200)
 	ci.RegisteredResources = resources{cpu: 1024, memory: 2048}.shapes()
 	ci.Version = ptr(int64(1))
 	tx := st.Txn().Create(store.ContainerInstanceKey("c", "i1"), ci)
-	ids := map[string]string{"t1": newInstanceID(), "t2": newInstanceID(), "t3": newInstanceID()}
+	ids := map[string]string{"t1": newInstanceID(), "t2": newInstanceID(), "t3": newInstanceID(), "t4": newInstanceID()}
 	for _, id := range ids {
 		task := store.Task{ID: id, Cluster: "c", InstanceID: "i1", Kind: protocol.KindService, Reserved: &store.Reservation{CPU: 100, Memory: 200}}
 		task.TaskArn, task.Group = s.arns.task("c", id), "service:web"
@@ -35,33 +35,39 @@ func TestApplyTaskStatesBatch(t *testing.T) {
 		{Arn: s.arns.task("c", ids["t1"]), LastStatus: "RUNNING", Seq: 1},
 		{Arn: s.arns.task("c", ids["t2"]), LastStatus: "RUNNING", Seq: 1},
 		{Arn: s.arns.task("c", ids["t3"]), LastStatus: "STOPPED", StopCode: "EssentialContainerExited", StoppedReason: "exit 1", Seq: 1},
+		{Arn: s.arns.task("c", ids["t4"]), LastStatus: "STOPPED", StopCode: "EssentialContainerExited", StoppedReason: "exit 2", Seq: 1},
 	}
 	for range 2 { // the second is a replay
 		if err := s.ApplyTaskStates(ctx, "c", "i1", report); err != nil {
 			t.Fatal(err)
 		}
-		for name, want := range map[string]string{"t1": "RUNNING", "t2": "RUNNING", "t3": "STOPPED"} {
+		var rev int64
+		for name, want := range map[string]string{"t1": "RUNNING", "t2": "RUNNING", "t3": "STOPPED", "t4": "STOPPED"} {
 			id := ids[name]
 			got, err := store.Get[store.Task](ctx, st, store.TaskKey("c", id))
 			if err != nil || got.Value.LastStatus != want || *got.Value.Version != 2 {
 				t.Fatalf("%s: %s version %d (%v), want %s version 2", name, got.Value.LastStatus, *got.Value.Version, err, want)
 			}
-		}
-		// The two starting tasks went in one write.
-		a, _ := store.Get[store.Task](ctx, st, store.TaskKey("c", ids["t1"]))
-		b, _ := store.Get[store.Task](ctx, st, store.TaskKey("c", ids["t2"]))
-		if a.Rev != b.Rev {
-			t.Fatalf("t1 written at %d, t2 at %d: not together", a.Rev, b.Rev)
+			if rev != 0 && got.Rev != rev {
+				t.Fatalf("%s written at %d, another task at %d: not together", name, got.Rev, rev)
+			}
+			rev = got.Rev
+			if want == "STOPPED" && (got.Value.Reserved != nil || got.Value.DesiredStatus != "STOPPED") {
+				t.Fatalf("%s stopped with reservation %+v, desired %s", name, got.Value.Reserved, got.Value.DesiredStatus)
+			}
 		}
 		inst, err := store.Get[store.ContainerInstance](ctx, st, store.ContainerInstanceKey("c", "i1"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if rem := readResources(inst.Value.RemainingResources); rem.cpu != 1024-2*100 || rem.memory != 2048-2*200 {
-			t.Fatalf("remaining %+v, want t3's reservation back", rem)
+			t.Fatalf("remaining %+v, want t3's and t4's reservations back", rem)
+		}
+		if *inst.Value.Version != 2 || inst.Rev != rev {
+			t.Fatalf("instance version %d at %d, want one rewrite with the tasks at %d", *inst.Value.Version, inst.Rev, rev)
 		}
 		if n, _ := st.Count(ctx, store.DesiredPrefix("c", "i1")); n != 2 {
-			t.Fatalf("%d manifest entries, want 2 (t3 left)", n)
+			t.Fatalf("%d manifest entries, want 2 (t3 and t4 left)", n)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -321,8 +322,9 @@ func (c *Client) session(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); errs <- c.writer(sctx, conn, out) }()
-	go func() { defer wg.Done(); errs <- c.sender(sctx, out) }()
-	go func() { defer wg.Done(); errs <- c.reader(sctx, conn, out) }()
+	a := newAcks()
+	go func() { defer wg.Done(); errs <- c.sender(sctx, out, a) }()
+	go func() { defer wg.Done(); errs <- c.reader(sctx, conn, out, a) }()
 	err = <-errs
 	scancel()
 	conn.Close(websocket.StatusNormalClosure, "")
@@ -360,53 +362,110 @@ func (c *Client) writer(ctx context.Context, conn *websocket.Conn, out <-chan pr
 	}
 }
 
-// resendAfter is how long the sender waits, with nothing new to send,
-// before sending unacknowledged batches again on the same session. The
-// server answers every message or ends the session (and a new session
-// resends them all): this only covers a server that lost one, and must be
-// long, or a busy server's slow acks bring it the same reports again.
+// resendAfter is how long the sender waits for the server to acknowledge
+// the message it has in flight before sending it again on the same
+// session. The server answers every message or ends the session (and a new
+// session resends them all): this only covers a server that lost one, and
+// must be long, or a busy server's slow acks bring it the same reports
+// again.
 const resendAfter = 30 * time.Second
 
-// sender sends every unacknowledged batch, again after each reconnect, and
-// new batches as they are persisted. Resending is safe: the server ignores
+// acks tells a session's sender how far the server has acknowledged.
+type acks struct {
+	through atomic.Uint64
+	wake    chan struct{}
+}
+
+func newAcks() *acks { return &acks{wake: make(chan struct{}, 1)} }
+
+func (a *acks) ack(id uint64) {
+	if id > a.through.Load() {
+		a.through.Store(id)
+	}
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sender keeps one message of task states in flight: the unacknowledged
+// batches merged, each task at its latest state. What changes while the
+// server writes a message goes in the next one, so a server that keeps up
+// sees every state as it happens and a busy one is sent fewer, newer
+// states instead of a queue of stale ones (each a write). Every batch is
+// sent again after a reconnect; resending is safe: the server ignores
 // states it has already written.
-func (c *Client) sender(ctx context.Context, out chan<- protocol.Message) error {
-	var sent uint64
+func (c *Client) sender(ctx context.Context, out chan<- protocol.Message, a *acks) error {
+	var sent uint64 // the last batch in the message in flight, 0 for none
+	var sentAt time.Time
 	for {
-		batches, err := c.cfg.Store.Batches()
-		if err != nil {
-			return err
+		if sent != 0 && a.through.Load() >= sent {
+			sent = 0
 		}
-		for _, b := range batches {
-			if b.ID <= sent {
-				continue
+		if sent != 0 && time.Since(sentAt) >= resendAfter {
+			sent = 0 // the server may have dropped it
+		}
+		if sent == 0 {
+			batches, err := c.cfg.Store.Batches()
+			if err != nil {
+				return err
 			}
-			var sc protocol.StateChange
-			if err := json.Unmarshal(b.Data, &sc); err != nil {
-				c.cfg.Log.Error("dropping unreadable state batch", "id", b.ID, "err", err)
-				c.cfg.Store.AckThrough(b.ID)
-				continue
+			if sc, ok := c.merge(batches); ok {
+				select {
+				case out <- protocol.Message{Type: protocol.TypeStateChange, StateChange: &sc}:
+					sent, sentAt = sc.ID, time.Now()
+				case <-ctx.Done():
+					return nil
+				}
 			}
-			select {
-			case out <- protocol.Message{Type: protocol.TypeStateChange, StateChange: &sc}:
-				sent = b.ID
-			case <-ctx.Done():
-				return nil
-			}
+		}
+		wait := resendAfter
+		if sent != 0 {
+			wait = max(resendAfter-time.Since(sentAt), 0)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-c.batches:
-		case <-time.After(resendAfter):
-			// Unacknowledged batches are resent if the server dropped them.
-			sent = 0
+		case <-a.wake:
+		case <-time.After(wait):
 		}
 	}
 }
 
+// merge is the batches as one state change numbered as the last of them,
+// holding each task's latest state in the order the tasks first appear.
+// An unreadable batch is dropped (it can never be sent).
+func (c *Client) merge(batches []state.Batch) (protocol.StateChange, bool) {
+	var sc protocol.StateChange
+	at := map[string]int{}
+	for _, b := range batches {
+		var one protocol.StateChange
+		if err := json.Unmarshal(b.Data, &one); err != nil {
+			c.cfg.Log.Error("dropping unreadable state batch", "id", b.ID, "err", err)
+			if sc.ID == 0 {
+				c.cfg.Store.AckThrough(b.ID)
+				continue
+			}
+			break // send what comes before it; it is dropped once they are acknowledged
+		}
+		sc.ID = b.ID
+		for _, st := range one.Tasks {
+			if i, ok := at[st.Arn]; ok {
+				if st.Seq >= sc.Tasks[i].Seq {
+					sc.Tasks[i] = st
+				}
+				continue
+			}
+			at[st.Arn] = len(sc.Tasks)
+			sc.Tasks = append(sc.Tasks, st)
+		}
+	}
+	return sc, sc.ID != 0
+}
+
 // reader handles what the server sends.
-func (c *Client) reader(ctx context.Context, conn *websocket.Conn, out chan<- protocol.Message) error {
+func (c *Client) reader(ctx context.Context, conn *websocket.Conn, out chan<- protocol.Message, a *acks) error {
 	for {
 		rctx, cancel := context.WithTimeout(ctx, protocol.SilenceLimit)
 		_, b, err := conn.Read(rctx)
@@ -448,6 +507,7 @@ func (c *Client) reader(ctx context.Context, conn *websocket.Conn, out chan<- pr
 				return err
 			}
 			c.observeAck(m.StateAck.ID)
+			a.ack(m.StateAck.ID)
 		case protocol.TypeError:
 			if m.Error != nil {
 				c.cfg.Log.Warn("server reported an error", "code", m.Error.Code, "message", m.Error.Message)

@@ -441,3 +441,114 @@ func TestMalformedServerMessagesAreIgnored(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestStatesChangedDuringAWriteGoInOneMessage: the client keeps one state
+// message in flight. States a task reaches while the server has not yet
+// acknowledged are sent together, each task at its latest state, and once
+// acknowledged nothing is sent again.
+func TestStatesChangedDuringAWriteGoInOneMessage(t *testing.T) {
+	msgs := make(chan protocol.StateChange, 16)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer conn.CloseNow()
+		ctx := r.Context()
+		conn.Read(ctx) // hello
+		m, _ := json.Marshal(protocol.Message{Type: protocol.TypeManifest, Manifest: &protocol.Manifest{Seq: 1}})
+		conn.Write(ctx, websocket.MessageText, m)
+		var wmu sync.Mutex
+		ack := func(id uint64) {
+			b, _ := json.Marshal(protocol.Message{Type: protocol.TypeStateAck, StateAck: &protocol.StateAck{ID: id}})
+			wmu.Lock()
+			defer wmu.Unlock()
+			conn.Write(ctx, websocket.MessageText, b)
+		}
+		first := true
+		for {
+			_, b, err := conn.Read(ctx)
+			if err != nil {
+				return
+			}
+			var msg protocol.Message
+			if json.Unmarshal(b, &msg) != nil || msg.Type != protocol.TypeStateChange {
+				continue
+			}
+			msgs <- *msg.StateChange
+			if first { // a slow write: acknowledged when the test says
+				first = false
+				go func(id uint64) {
+					select {
+					case <-release:
+						ack(id)
+					case <-ctx.Done():
+					}
+				}(msg.StateChange.ID)
+				continue
+			}
+			ack(msg.StateChange.ID)
+		}
+	}))
+	defer srv.Close()
+	eng := newFakeEngine()
+	db := openDB(t, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := session.New(session.Config{Endpoint: srv.URL, AccessKeyID: "AK", SecretKey: "s", Region: "us-east-1", InstanceArn: "arn:i",
+		Store: db, Engine: eng, MinBackoff: 50 * time.Millisecond})
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	next := func() protocol.StateChange {
+		t.Helper()
+		select {
+		case sc := <-msgs:
+			return sc
+		case <-time.After(10 * time.Second):
+			t.Fatal("no state message")
+		}
+		return protocol.StateChange{}
+	}
+
+	eng.changes <- protocol.TaskState{Arn: "arn:a", LastStatus: "PENDING", Seq: 1}
+	if sc := next(); len(sc.Tasks) != 1 || sc.Tasks[0].Seq != 1 {
+		t.Fatalf("first message: %+v", sc)
+	}
+	// While the server writes it, a moves on twice and b appears, each
+	// change a batch of its own.
+	for _, st := range []protocol.TaskState{{Arn: "arn:a", LastStatus: "ACTIVATING", Seq: 2}, {Arn: "arn:b", LastStatus: "PENDING", Seq: 1},
+		{Arn: "arn:a", LastStatus: "RUNNING", Seq: 3}} {
+		before, _ := db.LastBatchID()
+		eng.changes <- st
+		eventually(t, 10*time.Second, "the change persisted", func() bool { last, _ := db.LastBatchID(); return last > before })
+	}
+	select {
+	case sc := <-msgs:
+		t.Fatalf("a second message went out before the first was acknowledged: %+v", sc)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	sc := next()
+	if len(sc.Tasks) != 2 || sc.Tasks[0].Arn != "arn:a" || sc.Tasks[0].Seq != 3 || sc.Tasks[0].LastStatus != "RUNNING" ||
+		sc.Tasks[1].Arn != "arn:b" || sc.Tasks[1].Seq != 1 {
+		t.Fatalf("merged message: %+v", sc)
+	}
+	last, _ := db.LastBatchID()
+	if sc.ID != last {
+		t.Fatalf("merged message numbered %d, the last batch is %d", sc.ID, last)
+	}
+	eventually(t, 10*time.Second, "every batch acknowledged", func() bool { bs, _ := db.Batches(); return len(bs) == 0 })
+	// With the server keeping up, each state goes out as it happens.
+	eng.changes <- protocol.TaskState{Arn: "arn:a", LastStatus: "STOPPED", Seq: 4}
+	if sc := next(); len(sc.Tasks) != 1 || sc.Tasks[0].Seq != 4 {
+		t.Fatalf("after the acks: %+v", sc)
+	}
+	select {
+	case sc := <-msgs:
+		t.Fatalf("an acknowledged state was sent again: %+v", sc)
+	case <-time.After(300 * time.Millisecond):
+	}
+	cancel()
+	<-done
+}

@@ -328,10 +328,19 @@ func soonest(a, b time.Duration) time.Duration {
 	return a
 }
 
+// listedTasks is how many tasks an event's message names. The service's
+// event record keeps its last 100 events and is rewritten whole with each
+// new one: a message naming all of a pass's 500 tasks made it ~170 KB. The
+// tasks' own state-change events name every task.
+const listedTasks = 10
+
 func taskList(ids []string) string {
-	parts := make([]string, len(ids))
-	for i, id := range ids {
-		parts[i] = "(task " + id + ")"
+	parts := make([]string, 0, min(len(ids), listedTasks)+1)
+	for _, id := range ids[:min(len(ids), listedTasks)] {
+		parts = append(parts, "(task "+id+")")
+	}
+	if len(ids) > listedTasks {
+		parts = append(parts, fmt.Sprintf("and %d more", len(ids)-listedTasks))
 	}
 	return strings.Join(parts, " ")
 }
