@@ -64,6 +64,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
+	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -299,6 +300,9 @@ type Rollout struct {
 	// ServerCPUSeconds is the CPU the server's process (embedded etcd
 	// included) used during the rollout.
 	ServerCPUSeconds float64 `json:"server_cpu_seconds"`
+	// Reconciles is each controller's reconciles during the rollout and
+	// the time they took, waits included.
+	Reconciles map[string]controller.Stat `json:"reconciles,omitempty"`
 	// Writes is what was written to etcd during the rollout, by kind of
 	// record (the server's store counts what its watch sees).
 	Writes map[string]store.WriteCount `json:"writes,omitempty"`
@@ -761,7 +765,7 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 				return err
 			}
 		}
-		written := h.srv.Store.Writes()
+		written, reconciled := h.srv.Store.Writes(), h.srv.Reconciles()
 		t := time.Now()
 		_, err = h.c.UpdateDaemon(ctx, &ecs.UpdateDaemonInput{DaemonArn: aws.String(daemonArn), DaemonTaskDefinitionArn: aws.String(td),
 			CapacityProviderArns: []string{h.cpArn}, Critical: aws.Bool(true),
@@ -821,6 +825,11 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 		r.Reason = aws.ToString(dep.StatusReason)
 		r.StealSeconds += stealSeconds()
 		r.ServerCPUSeconds += cpuSeconds(os.Getpid())
+		r.Reconciles = map[string]controller.Stat{}
+		for name, st := range h.srv.Reconciles() {
+			was := reconciled[name]
+			r.Reconciles[name] = controller.Stat{Passes: st.Passes - was.Passes, Seconds: st.Seconds - was.Seconds}
+		}
 		r.Writes = store.WritesSince(written, h.srv.Store.Writes())
 		h.progress(ctx, daemonArn, depArn, &r)
 		rep.Rollouts = append(rep.Rollouts, r)
@@ -1010,6 +1019,18 @@ func printWrites(w io.Writer, ws map[string]store.WriteCount, instances int) {
 	}
 }
 
+func printReconciles(w io.Writer, rs map[string]controller.Stat) {
+	names := slices.Sorted(maps.Keys(rs))
+	if len(names) == 0 {
+		return
+	}
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %d (%.1f s)", n, rs[n].Passes, rs[n].Seconds)
+	}
+	fmt.Fprintf(w, "  reconciles (time in them)\t%s\n", strings.Join(parts, ", "))
+}
+
 func printTable(w io.Writer, r *Report) {
 	m := r.Machine
 	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, CPU stolen by the host %.1f s, etcd %s, agents at nice %d, GOGC %d, state in %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
@@ -1028,6 +1049,7 @@ func printTable(w io.Writer, r *Report) {
 		fmt.Fprintf(tw, "UpdateDaemon drainPercent %v → SUCCESSFUL\t%s\t%s, %d/%d on target, %.1f s stolen, server CPU %.1f s\n", ro.DrainPercent, secs(ro.Seconds), ro.Status,
 			ro.OnTarget, ro.OnTarget+ro.Remaining, ro.StealSeconds, ro.ServerCPUSeconds)
 		printWrites(tw, ro.Writes, r.Instances)
+		printReconciles(tw, ro.Reconciles)
 	}
 	fmt.Fprintf(tw, "API during rollout, client %s (%d calls, %d errors)\tp50 %.1f ms\tp99 %.1f ms\n", r.APIClient, r.APISamples, r.APIErrors, r.APIP50Ms, r.APIP99Ms)
 	printLatencies(tw, r.APIByOp, r.APIByPosition)

@@ -179,7 +179,8 @@ func (s *Service) CapacityProvider(ctx context.Context, name string) (store.Capa
 func (s *Service) Endpoint() string { return s.endpoint }
 
 // Waiting lists the tasks of a capacity provider that wait for an instance,
-// oldest first.
+// oldest first. The tasks are kept for the next call: callers must not
+// change them (their slices and pointers are shared).
 func (s *Service) Waiting(ctx context.Context, cluster, cp string) ([]store.Task, error) {
 	// Called on every task change: the fleet view names the few tasks
 	// without an instance, so only those are read.
@@ -187,30 +188,66 @@ func (s *Service) Waiting(ctx context.Context, cluster, cp string) ([]store.Task
 	if err != nil {
 		return nil, err
 	}
+	// The same tasks wait pass after pass (thousands, while a rollout's
+	// instances come up): one decoded at a revision is not decoded again.
+	s.waitingMemoMu.Lock()
+	was := s.waitingMemo[cluster]
+	s.waitingMemoMu.Unlock()
+	memo := make(map[string]store.Item[store.Task], len(ids))
 	var out []store.Task
 	for _, id := range ids {
-		it, err := store.Get[store.Task](ctx, s.st, store.TaskKey(cluster, id))
-		if errors.Is(err, store.ErrNotFound) {
+		key := store.TaskKey(cluster, id)
+		it, ok := was[key]
+		if rev, err := store.Rev(ctx, s.st, key); errors.Is(err, store.ErrNotFound) {
 			continue
-		}
-		if err != nil {
+		} else if err != nil {
 			return nil, err
+		} else if !ok || it.Rev != rev {
+			if it, err = store.Get[store.Task](ctx, s.st, key); errors.Is(err, store.ErrNotFound) {
+				continue
+			} else if err != nil {
+				return nil, err
+			}
 		}
+		memo[key] = it
 		if t := it.Value; t.InstanceID == "" && t.CapacityProviderName == cp && t.DesiredStatus == "RUNNING" && t.LastStatus != "STOPPED" {
 			out = append(out, t)
 		}
 	}
+	s.waitingMemoMu.Lock()
+	if s.waitingMemo == nil {
+		s.waitingMemo = map[string]map[string]store.Item[store.Task]{}
+	}
+	s.waitingMemo[cluster] = memo
+	s.waitingMemoMu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt.Time) })
 	return out, nil
 }
 
+// Sizer sizes tasks, reading each task definition once: a pass sizes
+// thousands of waiting tasks of a few definitions (a task's overrides
+// name its containers, so most differ from their definition's need).
+type Sizer struct {
+	s    *Service
+	defs map[string]shapes.TaskDefinition
+}
+
+// Sizer returns a sizer for one pass; definitions it reads are not
+// re-read, so it must not outlive the pass.
+func (s *Service) Sizer() *Sizer { return &Sizer{s: s, defs: map[string]shapes.TaskDefinition{}} }
+
 // Need is the CPU and memory a task reserves.
-func (s *Service) Need(ctx context.Context, t store.Task) (cpu, mem int, err error) {
-	td, err := s.taskDefinition(ctx, "taskDefinition", t.TaskDefinitionArn)
-	if err != nil {
-		return 0, 0, err
+func (z *Sizer) Need(ctx context.Context, t store.Task) (cpu, mem int, err error) {
+	def, ok := z.defs[t.TaskDefinitionArn]
+	if !ok {
+		td, err := z.s.taskDefinition(ctx, "taskDefinition", t.TaskDefinitionArn)
+		if err != nil {
+			return 0, 0, err
+		}
+		def = td.Value.TaskDefinition
+		z.defs[t.TaskDefinitionArn] = def
 	}
-	n, err := taskNeed(td.Value.TaskDefinition, t.Overrides)
+	n, err := taskNeed(def, t.Overrides)
 	return n.cpu, n.mem, err
 }
 

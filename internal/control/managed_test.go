@@ -441,3 +441,59 @@ func benchTasks(b *testing.B, n int, task func(*Service, int) store.Task) *Servi
 	}
 	return s
 }
+
+// Waiting decodes a waiting task again only when it changed: a task
+// rewritten while it waits is returned as it is now, one placed meanwhile
+// leaves the list and the memo.
+func TestWaitingRereadsChangedTasks(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	s, req := startFixture(t, st, 0, 300, 0)
+	waitingTasks(t, s, st, req, 0, 3)
+	waitFor := func(what string, ok func([]store.Task) bool) []store.Task {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ws, err := s.Waiting(ctx, "c", "cp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok(ws) {
+				return ws
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: waiting %+v", what, ws)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("three waiting", func(ws []store.Task) bool { return len(ws) == 3 })
+	for id, change := range map[string]func(*store.Task){
+		"w001": func(tk *store.Task) { tk.StartedBy = "changed" },
+		"w002": func(tk *store.Task) { tk.InstanceID = "i000" },
+	} {
+		it, err := store.Get[store.Task](ctx, st, store.TaskKey("c", id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(&it.Value)
+		if _, err := st.Txn().Update(it.Key, it.Rev, it.Value).Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws := waitFor("w002 placed", func(ws []store.Task) bool { return len(ws) == 2 })
+	for _, tk := range ws {
+		if tk.ID == "w001" && tk.StartedBy != "changed" {
+			t.Fatalf("w001 as it was before its rewrite: %+v", tk)
+		}
+		if tk.ID != "w000" && tk.ID != "w001" {
+			t.Fatalf("unexpected task %s", tk.ID)
+		}
+	}
+	s.waitingMemoMu.Lock()
+	_, kept := s.waitingMemo["c"][store.TaskKey("c", "w002")]
+	s.waitingMemoMu.Unlock()
+	if kept {
+		t.Fatal("a placed task stays in the memo")
+	}
+}

@@ -57,6 +57,10 @@ type Service struct {
 	// has a health check, by revision ARN: both are immutable, and the
 	// daemons controller asks on every pass over every instance.
 	healthChecks sync.Map
+	// waitingMemo keeps the waiting tasks Waiting decoded, by cluster and
+	// then task key, to decode again only those that changed.
+	waitingMemo   map[string]map[string]store.Item[store.Task]
+	waitingMemoMu sync.Mutex
 
 	alarmSource      bool
 	progressDeadline time.Duration

@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/store"
@@ -29,6 +30,35 @@ type Loop struct {
 	// Follow lists other prefixes whose changes concern this loop's keys.
 	Follow []Follow
 	Log    *slog.Logger
+	// Counts, when set, counts the reconciles (one value may outlive the
+	// loop: a leader's next term counts on).
+	Counts *Counts
+}
+
+// Counts is how many reconciles a loop called and the time spent in them,
+// waits included: which controller a busy server's passes go to.
+type Counts struct {
+	passes atomic.Int64
+	busy   atomic.Int64 // nanoseconds
+}
+
+// Get returns the counts so far.
+func (c *Counts) Get() (passes int64, busy time.Duration) {
+	return c.passes.Load(), time.Duration(c.busy.Load())
+}
+
+// Stat is a loop's counts read at one moment, or their difference over a
+// span.
+type Stat struct {
+	Passes  int64   `json:"passes"`
+	Seconds float64 `json:"seconds"`
+}
+
+func (c *Counts) add(d time.Duration) {
+	if c != nil {
+		c.passes.Add(1)
+		c.busy.Add(int64(d))
+	}
 }
 
 // Follow maps changes under another prefix to keys of the loop, so that an
@@ -181,6 +211,7 @@ func (l *Loop) work(ctx context.Context, q *queue) {
 		start := time.Now()
 		requeue, err := l.Reconcile(ctx, key)
 		q.done(key)
+		l.Counts.add(time.Since(start))
 		l.Log.Debug("reconciled", "controller", l.Name, "key", key, "took", time.Since(start), "err", err)
 		switch {
 		case ctx.Err() != nil:

@@ -156,6 +156,7 @@ type Server struct {
 
 	stopControllers context.CancelFunc
 	controllersDone chan struct{}
+	reconciles      reconciles
 }
 
 // Start opens the store, registers the API and starts listening.
@@ -234,6 +235,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	reg.MustRegister(h.Collectors()...)
 	reg.MustRegister(gw.Collectors()...)
 	reg.MustRegister(storeWrites{st})
+	counts := newReconciles()
+	reg.MustRegister(counts)
 
 	mux := http.NewServeMux()
 	mux.Handle("/", h)
@@ -248,6 +251,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 
 	s := &Server{
+		reconciles:     counts,
 		Addr:           addr,
 		Service:        svc,
 		Provisioner:    prov,
@@ -274,7 +278,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	go func() {
 		defer close(s.controllersDone)
 		err := st.Lead(cctx, "controllers", serverID, func(ctx context.Context) {
-			runControllers(ctx, st, svc, prov, cfg)
+			runControllers(ctx, st, svc, prov, cfg, s.reconciles)
 		})
 		if err != nil {
 			cfg.Log.Error("leader election", "err", err)
@@ -283,7 +287,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func runControllers(ctx context.Context, st *store.Store, svc *control.Service, prov provision.Provisioner, cfg Config) {
+func runControllers(ctx context.Context, st *store.Store, svc *control.Service, prov provision.Provisioner, cfg Config, counts reconciles) {
 	log := cfg.Log
 	var alarmSource alarms.Source
 	if src, err := alarms.New(cfg.AlarmSource, nil); err == nil && src != nil {
@@ -306,6 +310,7 @@ func runControllers(ctx context.Context, st *store.Store, svc *control.Service, 
 	}
 	var wg sync.WaitGroup
 	for _, l := range loops {
+		l.Counts = counts[l.Name]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -3,6 +3,7 @@ package server
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -29,4 +30,45 @@ func (s storeWrites) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(storeWritesDesc, prometheus.CounterValue, float64(w.Deletes), kind, "delete")
 		ch <- prometheus.MustNewConstMetric(storeBytesDesc, prometheus.CounterValue, float64(w.Bytes), kind)
 	}
+}
+
+// reconciles counts each controller's passes across leadership terms.
+type reconciles map[string]*controller.Counts
+
+func newReconciles() reconciles {
+	r := reconciles{}
+	for _, name := range []string{"deployments", "services", "daemons", "instances"} {
+		r[name] = &controller.Counts{}
+	}
+	return r
+}
+
+var (
+	reconcilesDesc = prometheus.NewDesc("capstan_reconciles_total",
+		"Reconciles a controller ran on this server (while it led), by controller.", []string{"controller"}, nil)
+	reconcileSecondsDesc = prometheus.NewDesc("capstan_reconcile_seconds_total",
+		"Time a controller's reconciles took, waits included, by controller.", []string{"controller"}, nil)
+)
+
+func (reconciles) Describe(ch chan<- *prometheus.Desc) {
+	ch <- reconcilesDesc
+	ch <- reconcileSecondsDesc
+}
+
+func (r reconciles) Collect(ch chan<- prometheus.Metric) {
+	for name, c := range r {
+		n, busy := c.Get()
+		ch <- prometheus.MustNewConstMetric(reconcilesDesc, prometheus.CounterValue, float64(n), name)
+		ch <- prometheus.MustNewConstMetric(reconcileSecondsDesc, prometheus.CounterValue, busy.Seconds(), name)
+	}
+}
+
+// Reconciles returns each controller's reconciles so far and their time.
+func (s *Server) Reconciles() map[string]controller.Stat {
+	out := map[string]controller.Stat{}
+	for name, c := range s.reconciles {
+		n, busy := c.Get()
+		out[name] = controller.Stat{Passes: n, Seconds: busy.Seconds()}
+	}
+	return out
 }

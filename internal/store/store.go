@@ -251,6 +251,20 @@ func Get[T any](ctx context.Context, s *Store, key string) (Item[T], error) {
 	return it, nil
 }
 
+// Rev is the modification revision of the object at key, read from the
+// cache without decoding it: a caller holding a decoded copy at that
+// revision need not decode it again.
+func Rev(ctx context.Context, s *Store, key string) (int64, error) {
+	if err := s.sync(ctx); err != nil {
+		return 0, err
+	}
+	e, ok := s.cache.get(s.prefix + key)
+	if !ok {
+		return 0, fmt.Errorf("%s: %w", key, ErrNotFound)
+	}
+	return e.rev, nil
+}
+
 // List reads the objects under prefix in key order, starting after the key
 // `after` (empty for the beginning), at most limit of them (0 for all).
 // more reports whether objects remain.

@@ -388,21 +388,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 	if retry {
 		later(100 * time.Millisecond)
 	}
-	type size struct{ cpu, mem int }
-	needs := map[string]size{} // by task definition, for tasks without overrides
+	sizer := r.Svc.Sizer()
 	for _, t := range waiting {
 		if fits[t.ID] {
 			continue
 		}
-		nd, ok := needs[t.TaskDefinitionArn]
-		err = nil
-		if !ok || t.Overrides != nil {
-			nd.cpu, nd.mem, err = r.Svc.Need(ctx, t)
-			if err == nil && t.Overrides == nil {
-				needs[t.TaskDefinitionArn] = nd
-			}
-		}
-		tc, tm := nd.cpu, nd.mem
+		tc, tm, err := sizer.Need(ctx, t)
 		if err == nil {
 			err = needErr
 		}
