@@ -122,10 +122,21 @@ func (c *cache) offer(ch Change) {
 	}
 }
 
+// treeDegree is the cache tree's B-tree degree. Each watch response
+// copies the nodes on the paths to the keys it changes (the tree is copy
+// on write); smaller nodes copy fewer bytes per change for a deeper path.
+// At 60,000 keys, 4 puts: degree 32 copied 36 KB in 15 µs, 8 copies 15 KB
+// in 10 µs, for a Get 14 % slower (BenchmarkCacheTreeApply, ...Get).
+const treeDegree = 8
+
+func newTree(degree int) *btree.BTreeG[kv] {
+	return btree.NewG(degree, func(a, b kv) bool { return a.key < b.key })
+}
+
 func newCache(c *clientv3.Client, prefix string, log *slog.Logger) *cache {
 	ca := &cache{client: c, prefix: prefix, log: log, subs: map[*Subscription]struct{}{},
 		byPrefix: map[string]map[*Subscription]struct{}{}, lens: map[int]int{}}
-	ca.tree.Store(btree.NewG(32, func(a, b kv) bool { return a.key < b.key }))
+	ca.tree.Store(newTree(treeDegree))
 	return ca
 }
 
@@ -135,7 +146,7 @@ func (c *cache) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load state from etcd: %w", err)
 	}
-	tree := btree.NewG(32, func(a, b kv) bool { return a.key < b.key })
+	tree := newTree(treeDegree)
 	for _, k := range resp.Kvs {
 		key := string(k.Key)
 		tree.ReplaceOrInsert(kv{key, newEntry(key[len(c.prefix):], k.Value, k.ModRevision)})
