@@ -124,10 +124,11 @@ func (c *cache) offer(ch Change) {
 
 // treeDegree is the cache tree's B-tree degree. Each watch response
 // copies the nodes on the paths to the keys it changes (the tree is copy
-// on write); smaller nodes copy fewer bytes per change for a deeper path.
-// At 60,000 keys, 4 puts: degree 32 copied 36 KB in 15 µs, 8 copies 15 KB
-// in 10 µs, for a Get 14 % slower (BenchmarkCacheTreeApply, ...Get).
-const treeDegree = 8
+// on write): smaller nodes copy fewer bytes per change (4 puts at 60,000
+// keys: 36 KB at 32, 15 KB at 8) but make the scans that controllers and
+// listings run slower (twice as slow at 8), and a 5,000-instance rollout
+// took longer with 8 in both side-by-side pairs (BenchmarkCacheTree*).
+const treeDegree = 32
 
 func newTree(degree int) *btree.BTreeG[kv] {
 	return btree.NewG(degree, func(a, b kv) bool { return a.key < b.key })

@@ -59,3 +59,26 @@ func BenchmarkCacheTreeGet(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCacheTreeScan walks the 20,000 keys of one kind in order, as
+// List and Keys do, for each degree side by side.
+func BenchmarkCacheTreeScan(b *testing.B) {
+	for _, degree := range []int{4, 8, 16, 32} {
+		b.Run(fmt.Sprintf("degree=%d", degree), func(b *testing.B) {
+			t, _ := treeOf(degree, 60000)
+			for b.Loop() {
+				n := 0
+				t.AscendGreaterOrEqual(kv{key: "tasks/"}, func(it kv) bool {
+					if len(it.key) < 6 || it.key[:6] != "tasks/" {
+						return false
+					}
+					n++
+					return true
+				})
+				if n != 20000 {
+					b.Fatalf("%d keys", n)
+				}
+			}
+		})
+	}
+}
