@@ -131,11 +131,13 @@ func (s *Service) applyTogether(ctx context.Context, cluster, instanceID string,
 			continue
 		}
 		if t.LastStatus == "STOPPED" {
-			dkey := store.DesiredKey(t.Cluster, t.InstanceID, t.ID)
-			d, derr := store.Get[keyOnly](ctx, s.st, dkey)
-			if derr != nil && !errors.Is(derr, store.ErrNotFound) {
+			deleted, err := s.dropDesired(ctx, tx, t)
+			if err != nil {
 				rest = append(rest, st)
 				continue
+			}
+			if deleted {
+				ops++
 			}
 			if t.Reserved != nil && !ciRead {
 				ciRead = true
@@ -146,10 +148,6 @@ func (s *Service) applyTogether(ctx context.Context, cluster, instanceID string,
 				if err == nil {
 					ci = &got
 				}
-			}
-			if derr == nil {
-				tx.Delete(dkey, d.Rev)
-				ops++
 			}
 			if t.Reserved != nil && ci != nil {
 				giveBack(&ci.Value, t.Reserved)
@@ -285,11 +283,23 @@ func (s *Service) repairReason(ctx context.Context, t store.Task) (string, error
 	return "auto-repair: critical daemon " + name + " stopped: " + t.StoppedReason, nil
 }
 
-func (s *Service) release(ctx context.Context, tx *store.Txn, t store.Task, drainReason string) error {
+// dropDesired removes a stopped task from its instance's manifest in tx;
+// deleted is false when it had left already.
+func (s *Service) dropDesired(ctx context.Context, tx *store.Txn, t store.Task) (deleted bool, err error) {
 	dkey := store.DesiredKey(t.Cluster, t.InstanceID, t.ID)
-	if d, err := store.Get[keyOnly](ctx, s.st, dkey); err == nil {
-		tx.Delete(dkey, d.Rev)
-	} else if !errors.Is(err, store.ErrNotFound) {
+	d, err := store.Get[keyOnly](ctx, s.st, dkey)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	tx.Delete(dkey, d.Rev)
+	return true, nil
+}
+
+func (s *Service) release(ctx context.Context, tx *store.Txn, t store.Task, drainReason string) error {
+	if _, err := s.dropDesired(ctx, tx, t); err != nil {
 		return err
 	}
 	if t.Reserved == nil && drainReason == "" {

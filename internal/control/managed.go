@@ -198,16 +198,15 @@ func (s *Service) Waiting(ctx context.Context, cluster, cp string) ([]store.Task
 	for _, id := range ids {
 		key := store.TaskKey(cluster, id)
 		it, ok := was[key]
-		if rev, err := store.Rev(ctx, s.st, key); errors.Is(err, store.ErrNotFound) {
+		rev, err := store.Rev(ctx, s.st, key)
+		if err == nil && (!ok || it.Rev != rev) {
+			it, err = store.Get[store.Task](ctx, s.st, key)
+		}
+		if errors.Is(err, store.ErrNotFound) {
 			continue
-		} else if err != nil {
+		}
+		if err != nil {
 			return nil, err
-		} else if !ok || it.Rev != rev {
-			if it, err = store.Get[store.Task](ctx, s.st, key); errors.Is(err, store.ErrNotFound) {
-				continue
-			} else if err != nil {
-				return nil, err
-			}
 		}
 		memo[key] = it
 		if t := it.Value; t.InstanceID == "" && t.CapacityProviderName == cp && t.DesiredStatus == "RUNNING" && t.LastStatus != "STOPPED" {

@@ -388,18 +388,37 @@ func TestAgentCredentialIsConfined(t *testing.T) {
 	}
 }
 
-// TestMalformedServerMessagesAreIgnored runs the client against a server
-// that sends garbage before a valid manifest: the client logs and goes on.
-func TestMalformedServerMessagesAreIgnored(t *testing.T) {
-	got := make(chan struct{})
+// fakeServer serves each websocket session by reading the client's hello
+// and handing the connection to serve.
+func fakeServer(t *testing.T, serve func(ctx context.Context, conn *websocket.Conn)) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, err := websocket.Accept(w, r, nil)
 		if err != nil {
 			return
 		}
 		defer conn.CloseNow()
-		ctx := r.Context()
-		conn.Read(ctx) // hello
+		conn.Read(r.Context()) // hello
+		serve(r.Context(), conn)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// runClient runs a session client against url until the test ends.
+func runClient(t *testing.T, url string, db *state.DB, eng *fakeEngine) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := session.New(session.Config{Endpoint: url, AccessKeyID: "AK", SecretKey: "s", Region: "us-east-1", InstanceArn: "arn:i",
+		Store: db, Engine: eng, MinBackoff: 50 * time.Millisecond})
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// TestMalformedServerMessagesAreIgnored runs the client against a server
+// that sends garbage before a valid manifest: the client logs and goes on.
+func TestMalformedServerMessagesAreIgnored(t *testing.T) {
+	got := make(chan struct{})
+	srv := fakeServer(t, func(ctx context.Context, conn *websocket.Conn) {
 		for _, junk := range []string{"not json", `{"type":"manifest"}`, `{"type":"surprise"}`, `{"type":"manifest","manifest":{"seq":"x"}}`, `[1,2]`} {
 			conn.Write(ctx, websocket.MessageText, []byte(junk))
 		}
@@ -417,16 +436,10 @@ func TestMalformedServerMessagesAreIgnored(t *testing.T) {
 				return
 			}
 		}
-	}))
-	defer srv.Close()
+	})
 	eng := newFakeEngine()
 	db := openDB(t, t.TempDir())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c := session.New(session.Config{Endpoint: srv.URL, AccessKeyID: "AK", SecretKey: "s", Region: "us-east-1", InstanceArn: "arn:i",
-		Store: db, Engine: eng, MinBackoff: 50 * time.Millisecond})
-	done := make(chan struct{})
-	go func() { defer close(done); c.Run(ctx) }()
+	runClient(t, srv.URL, db, eng)
 	select {
 	case <-got:
 	case <-time.After(20 * time.Second):
@@ -438,8 +451,6 @@ func TestMalformedServerMessagesAreIgnored(t *testing.T) {
 	if seq, _, _ := db.Manifest(); seq != 7 {
 		t.Fatalf("stored manifest seq %d", seq)
 	}
-	cancel()
-	<-done
 }
 
 // TestStatesChangedDuringAWriteGoInOneMessage: the client keeps one state
@@ -449,14 +460,7 @@ func TestMalformedServerMessagesAreIgnored(t *testing.T) {
 func TestStatesChangedDuringAWriteGoInOneMessage(t *testing.T) {
 	msgs := make(chan protocol.StateChange, 16)
 	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer conn.CloseNow()
-		ctx := r.Context()
-		conn.Read(ctx) // hello
+	srv := fakeServer(t, func(ctx context.Context, conn *websocket.Conn) {
 		m, _ := json.Marshal(protocol.Message{Type: protocol.TypeManifest, Manifest: &protocol.Manifest{Seq: 1}})
 		conn.Write(ctx, websocket.MessageText, m)
 		var wmu sync.Mutex
@@ -490,16 +494,10 @@ func TestStatesChangedDuringAWriteGoInOneMessage(t *testing.T) {
 			}
 			ack(msg.StateChange.ID)
 		}
-	}))
-	defer srv.Close()
+	})
 	eng := newFakeEngine()
 	db := openDB(t, t.TempDir())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c := session.New(session.Config{Endpoint: srv.URL, AccessKeyID: "AK", SecretKey: "s", Region: "us-east-1", InstanceArn: "arn:i",
-		Store: db, Engine: eng, MinBackoff: 50 * time.Millisecond})
-	done := make(chan struct{})
-	go func() { defer close(done); c.Run(ctx) }()
+	runClient(t, srv.URL, db, eng)
 	next := func() protocol.StateChange {
 		t.Helper()
 		select {
@@ -549,6 +547,4 @@ func TestStatesChangedDuringAWriteGoInOneMessage(t *testing.T) {
 		t.Fatalf("an acknowledged state was sent again: %+v", sc)
 	case <-time.After(300 * time.Millisecond):
 	}
-	cancel()
-	<-done
 }
