@@ -110,16 +110,32 @@ func (c *cache) removeSub(s *Subscription) {
 }
 
 // offer hands a change to the subscriptions whose prefix it has; c.mu is
-// held.
+// held. A record the cache keeps no value for is decompressed only here,
+// and only if someone follows it.
 func (c *cache) offer(ch Change) {
 	for l := range c.lens {
 		if l > len(ch.Key) {
 			continue
 		}
 		for s := range c.byPrefix[ch.Key[:l]] {
+			if ch.encoded {
+				if v, err := decodeValue(ch.Value); err == nil {
+					ch.Value = v
+				}
+				ch.encoded = false
+			}
 			s.offer(ch)
 		}
 	}
+}
+
+// decode is the JSON value of what etcd holds at key.
+func (c *cache) decode(key string, v []byte) ([]byte, error) {
+	b, err := decodeValue(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key[len(c.prefix):], err)
+	}
+	return b, nil
 }
 
 // treeDegree is the cache tree's B-tree degree. Each watch response
@@ -150,7 +166,13 @@ func (c *cache) load(ctx context.Context) error {
 	tree := newTree(treeDegree)
 	for _, k := range resp.Kvs {
 		key := string(k.Key)
-		tree.ReplaceOrInsert(kv{key, newEntry(key[len(c.prefix):], k.Value, k.ModRevision)})
+		e := newEntry(key[len(c.prefix):], nil, k.ModRevision)
+		if !e.cold {
+			if e.value, err = c.decode(key, k.Value); err != nil {
+				return err
+			}
+		}
+		tree.ReplaceOrInsert(kv{key, e})
 	}
 	c.ixmu.Lock()
 	defer c.ixmu.Unlock()
@@ -225,8 +247,19 @@ func (c *cache) apply(events []*clientv3.Event, rev int64) {
 			k := string(ev.Kv.Key)
 			switch ev.Type {
 			case mvccpb.PUT:
-				tree.ReplaceOrInsert(kv{k, newEntry(k[len(c.prefix):], ev.Kv.Value, ev.Kv.ModRevision)})
-				changes = append(changes, Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Value: ev.Kv.Value})
+				e := newEntry(k[len(c.prefix):], nil, ev.Kv.ModRevision)
+				ch := Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Value: ev.Kv.Value, encoded: e.cold}
+				if !e.cold {
+					v, err := c.decode(k, ev.Kv.Value)
+					if err != nil {
+						// Kept as stored: whoever decodes it gets an error naming the key.
+						c.log.Error("cannot read stored value", "key", k, "err", err)
+						v = ev.Kv.Value
+					}
+					e.value, ch.Value = v, v
+				}
+				tree.ReplaceOrInsert(kv{k, e})
+				changes = append(changes, ch)
 			case mvccpb.DELETE:
 				tree.Delete(kv{key: k})
 				changes = append(changes, Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Deleted: true})

@@ -40,7 +40,11 @@ func (s *Store) fillCold(ctx context.Context, kvs []kv) ([]kv, error) {
 			if k == len(resp.Kvs) || string(resp.Kvs[k].Key) != e.key {
 				continue
 			}
-			e.value, e.rev, e.cold = resp.Kvs[k].Value, resp.Kvs[k].ModRevision, false
+			v, err := s.cache.decode(e.key, resp.Kvs[k].Value)
+			if err != nil {
+				return nil, err
+			}
+			e.value, e.rev, e.cold = v, resp.Kvs[k].ModRevision, false
 			out = append(out, e)
 		}
 		i = j

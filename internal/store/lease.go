@@ -63,7 +63,7 @@ func (t *Txn) PutWithLease(key string, v any, l *Lease) *Txn {
 		t.err = fmt.Errorf("encode %s: %w", key, err)
 		return t
 	}
-	t.ops = append(t.ops, clientv3.OpPut(t.s.prefix+key, string(b), clientv3.WithLease(l.id)))
+	t.ops = append(t.ops, clientv3.OpPut(t.s.prefix+key, encodeValue(b), clientv3.WithLease(l.id)))
 	return t
 }
 

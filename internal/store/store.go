@@ -406,7 +406,7 @@ func (t *Txn) put(key string, v any) {
 		t.err = fmt.Errorf("encode %s: %w", key, err)
 		return
 	}
-	t.ops = append(t.ops, clientv3.OpPut(t.s.prefix+key, string(b)))
+	t.ops = append(t.ops, clientv3.OpPut(t.s.prefix+key, encodeValue(b)))
 }
 
 // Create writes key, which must not exist.

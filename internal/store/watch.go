@@ -11,6 +11,9 @@ type Change struct {
 	Rev     int64
 	Value   []byte // nil when Deleted
 	Deleted bool
+	// encoded: Value is as etcd holds it (see values.go), not yet
+	// decompressed; never so once offered.
+	encoded bool
 }
 
 // Subscription delivers the changes under a prefix in commit order. It
