@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -650,4 +651,40 @@ func TestFakeEventStreamBreaks(t *testing.T) {
 		t.Fatalf("state %+v", st)
 	}
 	waitFor(t, "the event stream reopened", wait, func() bool { return rt.streams() == 1 })
+}
+
+// TestFakeRecordFollowsDesired: the persisted record carries the desired
+// task as it is now (its encoding is reused only while it is unchanged),
+// next to the state, and reads back whole.
+func TestFakeRecordFollowsDesired(t *testing.T) {
+	rt := newFakeRuntime()
+	store := newMemStore()
+	h := startEngine(t, Config{Runtime: rt, Store: store})
+	task := newTestTask("rec1", ctrDef("app", "busybox"))
+	h.e.SetDesired([]protocol.Task{task})
+	h.waitStatus(task.Arn, StatusRunning, wait)
+	stored := func() record {
+		t.Helper()
+		var rec record
+		data, _ := store.Tasks()
+		if err := json.Unmarshal(data[task.Arn], &rec); err != nil {
+			t.Fatalf("stored record: %v", err)
+		}
+		return rec
+	}
+	if rec := stored(); rec.Task.Version != task.Version || rec.Task.Definition.Family != "fam" || rec.Status != StatusRunning || len(rec.Containers) != 1 {
+		t.Fatalf("record %+v", rec)
+	}
+
+	changed := task
+	changed.Version++
+	changed.Tags = []shapes.Tag{{Key: "team", Value: "b"}}
+	h.e.SetDesired([]protocol.Task{changed})
+	waitFor(t, "the record to carry the changed task", wait, func() bool { return stored().Task.Version == changed.Version })
+	rec := stored()
+	if len(rec.Task.Tags) != 1 || rec.Task.Tags[0].Value != "b" || rec.Task.Definition.Family != "fam" || rec.Status != StatusRunning || rec.Containers[0].RuntimeID == "" {
+		t.Fatalf("record after the change %+v", rec)
+	}
+	h.e.SetDesired(nil)
+	h.waitStatus(task.Arn, StatusStopped, wait)
 }

@@ -144,10 +144,14 @@ type task struct {
 	seq        uint64
 	announce   bool // report once even if unchanged (after a restore)
 	saved      []byte
-	cleaning   bool
-	cleanupAt  time.Time
-	done       bool
-	ops        sync.WaitGroup
+	// desiredJSON is desired encoded for the record; nil after desired
+	// changes. The definition is most of a record, and a record is encoded
+	// on every step to see whether it changed.
+	desiredJSON []byte
+	cleaning    bool
+	cleanupAt   time.Time
+	done        bool
+	ops         sync.WaitGroup
 }
 
 func (e *Engine) taskBase(arn string) *task {
@@ -241,7 +245,7 @@ func (e *Engine) restoredTask(rec record, cs []runtime.Container) *task {
 		}
 	}
 	t.announce = t.state.Seq > 0
-	t.saved, _ = json.Marshal(t.record())
+	t.saved, _ = t.encodeRecord()
 	t.publish()
 	t.post(msgObserved{cs: cs})
 	return t
@@ -343,7 +347,7 @@ func (t *task) onDesired(m msgDesired) {
 	}
 	d := m.task
 	def := t.desired.Definition
-	t.desired = d
+	t.desired, t.desiredJSON = d, nil
 	if t.hasDef {
 		t.desired.Definition = def // a task's definition never changes
 	} else if len(d.Definition.ContainerDefinitions) > 0 {
@@ -1378,7 +1382,7 @@ func (t *task) report() {
 // retried on the next change: reporting goes on, since stalling every task
 // on a broken disk would help nobody.
 func (t *task) persist() {
-	data, err := json.Marshal(t.record())
+	data, err := t.encodeRecord()
 	if err != nil {
 		t.log.Error("cannot encode task record", "err", err)
 		return
@@ -1398,6 +1402,24 @@ func (t *task) persist() {
 		return
 	}
 	t.saved = data
+}
+
+// encodeRecord is the task's record as persisted: record() in JSON, with
+// the desired task encoded again only when it changed.
+func (t *task) encodeRecord() ([]byte, error) {
+	r := t.record()
+	if t.desiredJSON == nil {
+		b, err := json.Marshal(r.Task)
+		if err != nil {
+			return nil, err
+		}
+		t.desiredJSON = b
+	}
+	// The outer Task is shallower than record's, so it is the one encoded.
+	return json.Marshal(struct {
+		record
+		Task json.RawMessage `json:"task"`
+	}{r, t.desiredJSON})
 }
 
 func (t *task) record() record {
