@@ -138,8 +138,13 @@ func cpuSeconds(pid int) float64 {
 // childEnv marks the process as the hollow host.
 const childEnv = "CAPSTAN_SCALE_HOLLOW_HOST"
 
-// request and response are the child's protocol, one JSON line each.
+// request and response are the child's protocol, one JSON line each. The
+// child serves requests side by side and answers each, with its Seq, when
+// it is done: a provisioner's calls overlap, as a cloud's API calls do (one
+// at a time, a rollout's 5,000 terminations queued behind each other's
+// agent shutdowns, a cost no real provisioner has).
 type request struct {
+	Seq uint64            `json:"seq"`
 	Op  string            `json:"op"` // launch, kill, terminate, arn, stats
 	ID  string            `json:"id,omitempty"`
 	CPU int               `json:"cpu,omitempty"`
@@ -148,6 +153,7 @@ type request struct {
 }
 
 type response struct {
+	Seq   uint64    `json:"seq"`
 	Err   string    `json:"err,omitempty"`
 	Arn   string    `json:"arn,omitempty"`
 	Stats hostStats `json:"stats"`
@@ -157,8 +163,12 @@ type response struct {
 type childHost struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
-	out *bufio.Scanner
-	mu  sync.Mutex
+	wmu sync.Mutex // one request line at a time
+
+	mu      sync.Mutex
+	seq     uint64
+	pending map[uint64]chan response
+	readErr error // once the child's output ended
 }
 
 // newChildHost starts the child at niceness nice (0: as this process):
@@ -186,9 +196,43 @@ func newChildHost(dir, logPath, profile string, nice, gogc int, memoryState bool
 	if err != nil {
 		return nil, err
 	}
+	h := talkTo(in, out)
+	h.cmd = cmd
+	return h, nil
+}
+
+// talkTo is the parent's end of the protocol over in and out.
+func talkTo(in io.WriteCloser, out io.Reader) *childHost {
+	h := &childHost{in: in, pending: map[uint64]chan response{}}
+	go h.read(out)
+	return h
+}
+
+// read hands each response to the call waiting for it, until the child's
+// output ends; then every call waiting or to come fails.
+func (h *childHost) read(out io.Reader) {
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	return &childHost{cmd: cmd, in: in, out: sc}, nil
+	for sc.Scan() {
+		var resp response
+		if err := json.Unmarshal(sc.Bytes(), &resp); err != nil {
+			continue
+		}
+		h.mu.Lock()
+		ch := h.pending[resp.Seq]
+		delete(h.pending, resp.Seq)
+		h.mu.Unlock()
+		if ch != nil {
+			ch <- resp
+		}
+	}
+	h.mu.Lock()
+	h.readErr = fmt.Errorf("hollow host exited: %v", sc.Err())
+	for seq, ch := range h.pending {
+		close(ch)
+		delete(h.pending, seq)
+	}
+	h.mu.Unlock()
 }
 
 // startChild starts a child process of the benchmark, talking over its
@@ -211,18 +255,31 @@ func startChild(cmd *exec.Cmd) (io.WriteCloser, io.ReadCloser, error) {
 }
 
 func (h *childHost) call(r request) (response, error) {
+	ch := make(chan response, 1)
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	if h.readErr != nil {
+		h.mu.Unlock()
+		return response{}, h.readErr
+	}
+	h.seq++
+	r.Seq = h.seq
+	h.pending[r.Seq] = ch
+	h.mu.Unlock()
 	b, _ := json.Marshal(r)
-	if _, err := h.in.Write(append(b, '\n')); err != nil {
+	h.wmu.Lock()
+	_, err := h.in.Write(append(b, '\n'))
+	h.wmu.Unlock()
+	if err != nil {
+		h.mu.Lock()
+		delete(h.pending, r.Seq)
+		h.mu.Unlock()
 		return response{}, fmt.Errorf("hollow host: %w", err)
 	}
-	if !h.out.Scan() {
-		return response{}, fmt.Errorf("hollow host exited: %v", h.out.Err())
-	}
-	var resp response
-	if err := json.Unmarshal(h.out.Bytes(), &resp); err != nil {
-		return response{}, fmt.Errorf("hollow host: %w", err)
+	resp, ok := <-ch
+	if !ok {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return response{}, h.readErr
 	}
 	if resp.Err != "" {
 		return resp, errors.New(resp.Err)
@@ -299,35 +356,52 @@ func serveHost(dir string) error {
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 64<<10), 1<<20)
 	out := bufio.NewWriter(os.Stdout)
-	for in.Scan() {
-		var r request
-		var resp response
-		if err := json.Unmarshal(in.Bytes(), &r); err != nil {
-			resp.Err = err.Error()
-		} else {
-			switch r.Op {
-			case "launch":
-				err = h.Launch(r.ID, r.CPU, r.Mem, r.Env)
-			case "kill":
-				err = h.Kill(r.ID)
-			case "terminate":
-				err = h.Terminate(r.ID)
-			case "arn":
-				resp.Arn, err = h.Arn(r.ID)
-			case "stats":
-				resp.Stats, err = h.Stats()
-			default:
-				err = fmt.Errorf("unknown op %q", r.Op)
-			}
-			if err != nil {
-				resp.Err = err.Error()
-			}
-		}
+	var (
+		wmu      sync.Mutex
+		inFlight sync.WaitGroup
+	)
+	answer := func(resp response) {
 		b, _ := json.Marshal(resp)
+		wmu.Lock()
+		defer wmu.Unlock()
 		out.Write(append(b, '\n'))
 		out.Flush()
 	}
+	for in.Scan() {
+		var r request
+		if err := json.Unmarshal(in.Bytes(), &r); err != nil {
+			answer(response{Seq: r.Seq, Err: err.Error()})
+			continue
+		}
+		inFlight.Go(func() { answer(serveRequest(h, r)) })
+	}
+	// The instances are terminated (h.Close) once no request is in flight.
+	inFlight.Wait()
 	return in.Err()
+}
+
+// serveRequest carries out one request of the parent.
+func serveRequest(h *localHost, r request) response {
+	resp := response{Seq: r.Seq}
+	var err error
+	switch r.Op {
+	case "launch":
+		err = h.Launch(r.ID, r.CPU, r.Mem, r.Env)
+	case "kill":
+		err = h.Kill(r.ID)
+	case "terminate":
+		err = h.Terminate(r.ID)
+	case "arn":
+		resp.Arn, err = h.Arn(r.ID)
+	case "stats":
+		resp.Stats, err = h.Stats()
+	default:
+		err = fmt.Errorf("unknown op %q", r.Op)
+	}
+	if err != nil {
+		resp.Err = err.Error()
+	}
+	return resp
 }
 
 // hostProvisioner is the server's provisioner in a -provisioned run: the
