@@ -29,7 +29,10 @@ type Loop struct {
 	Resync time.Duration
 	// Follow lists other prefixes whose changes concern this loop's keys.
 	Follow []Follow
-	Log    *slog.Logger
+	// First, when set, says which changes of the loop's own keys go ahead
+	// of every other queued key: those on the path a user waits on.
+	First func(ch store.Change) bool
+	Log   *slog.Logger
 	// Counts, when set, counts the reconciles (one value may outlive the
 	// loop: a leader's next term counts on).
 	Counts *Counts
@@ -71,6 +74,9 @@ type Follow struct {
 	// concerns every key (a cluster-wide setting) and that most of them
 	// will find nothing to do about.
 	Background bool
+	// First, when set, says which changes queue their keys ahead of every
+	// other (see Loop.First).
+	First func(ch store.Change) bool
 }
 
 // Run blocks until ctx ends.
@@ -114,7 +120,7 @@ func (l *Loop) Run(ctx context.Context) {
 	}()
 	type wake struct {
 		keys []string
-		p    int
+		ps   []int
 	}
 	followed := make(chan wake)
 	for _, f := range l.Follow {
@@ -135,12 +141,18 @@ func (l *Loop) Run(ctx context.Context) {
 					default:
 					}
 				}
-				w := wake{p: urgent}
-				if f.Background {
-					w.p = background
-				}
+				var w wake
 				for _, c := range ch {
-					w.keys = append(w.keys, f.Keys(ctx, c)...)
+					p := urgent
+					switch {
+					case f.Background:
+						p = background
+					case f.First != nil && f.First(c):
+						p = first
+					}
+					for _, k := range f.Keys(ctx, c) {
+						w.keys, w.ps = append(w.keys, k), append(w.ps, p)
+					}
 				}
 				select {
 				case followed <- w:
@@ -158,11 +170,15 @@ func (l *Loop) Run(ctx context.Context) {
 			return
 		case ch := <-changes:
 			for _, c := range ch {
-				q.add(c.Key)
+				p := urgent
+				if l.First != nil && l.First(c) {
+					p = first
+				}
+				q.addAt(c.Key, p)
 			}
 		case w := <-followed:
-			for _, k := range w.keys {
-				q.addAt(k, w.p)
+			for i, k := range w.keys {
+				q.addAt(k, w.ps[i])
 			}
 		case <-relist:
 			l.enqueueAll(ctx, q)
@@ -204,7 +220,7 @@ func (*rawValue) UnmarshalJSON([]byte) error { return nil }
 func (l *Loop) work(ctx context.Context, q *queue) {
 	failures := map[string]int{}
 	for {
-		key, ok := q.get()
+		key, p, ok := q.getAt()
 		if !ok {
 			return
 		}
@@ -220,11 +236,11 @@ func (l *Loop) work(ctx context.Context, q *queue) {
 			failures[key]++
 			backoff := min(time.Duration(1<<min(failures[key], 10))*50*time.Millisecond, time.Minute)
 			l.Log.Warn("reconcile failed", "controller", l.Name, "key", key, "err", err, "retry_in", backoff)
-			q.addAfter(key, backoff)
+			q.addAfter(key, backoff, p)
 		default:
 			delete(failures, key)
 			if requeue > 0 {
-				q.addAfter(key, requeue)
+				q.addAfter(key, requeue, p)
 			}
 		}
 	}
@@ -234,9 +250,13 @@ func (l *Loop) work(ctx context.Context, q *queue) {
 // queued in the background (resyncs, relists, fan-outs to every key). At
 // 5,000 instances a resync alone queued more keys than the workers finished
 // between two resyncs, and the keys a change concerned waited behind them.
+// A key queued first goes before both: in a rollout of 5,000 instances a
+// new instance waited 2.7 s (median) for its daemon behind thousands of
+// changes with nothing to do.
 const (
 	background = 1
 	urgent     = 2
+	first      = 3
 )
 
 // queue holds each key at most once, and never hands the same key to two
@@ -244,6 +264,7 @@ const (
 type queue struct {
 	mu         sync.Mutex
 	cond       *sync.Cond
+	front      []string       // keys queued first, in order
 	order      []string       // urgent keys, in order
 	later      []string       // background keys, in order
 	queued     map[string]int // key → the priority it is queued at
@@ -276,41 +297,51 @@ func (q *queue) addAt(key string, p int) {
 		return
 	}
 	q.queued[key] = p
-	if p == urgent {
+	switch p {
+	case first:
+		q.front = append(q.front, key)
+	case urgent:
 		q.order = append(q.order, key)
-	} else {
+	default:
 		q.later = append(q.later, key)
 	}
 	q.cond.Signal()
 }
 
-func (q *queue) addAfter(key string, d time.Duration) {
-	time.AfterFunc(d, func() { q.add(key) })
+// addAfter queues key after d at priority p, or urgent if that is
+// higher: a key asked to come back (an instance waiting out its daemon's
+// first second) keeps the place it had, or gets an urgent one.
+func (q *queue) addAfter(key string, d time.Duration, p int) {
+	time.AfterFunc(d, func() { q.addAt(key, max(p, urgent)) })
 }
 
-func (q *queue) get() (string, bool) {
+// getAt hands out the next key and the priority it was queued at.
+func (q *queue) getAt() (string, int, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for {
-		for len(q.order) == 0 && len(q.later) == 0 && !q.closed {
+		for len(q.front) == 0 && len(q.order) == 0 && len(q.later) == 0 && !q.closed {
 			q.cond.Wait()
 		}
 		if q.closed {
-			return "", false
+			return "", 0, false
 		}
 		var key string
-		p := urgent
-		if len(q.order) > 0 {
-			key, q.order = q.order[0], q.order[1:]
-		} else {
+		var p int
+		switch {
+		case len(q.front) > 0:
+			key, q.front, p = q.front[0], q.front[1:], first
+		case len(q.order) > 0:
+			key, q.order, p = q.order[0], q.order[1:], urgent
+		default:
 			key, q.later, p = q.later[0], q.later[1:], background
 		}
 		if q.queued[key] != p {
-			continue // raised to urgent since, or handed out already
+			continue // raised since, or handed out already
 		}
 		delete(q.queued, key)
 		q.processing[key] = true
-		return key, true
+		return key, p, true
 	}
 }
 

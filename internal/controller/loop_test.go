@@ -10,7 +10,7 @@ func drain(t *testing.T, q *queue, n int) []string {
 	t.Helper()
 	var got []string
 	for range n {
-		k, ok := q.get()
+		k, _, ok := q.getAt()
 		if !ok {
 			t.Fatal("queue closed")
 		}
@@ -46,13 +46,32 @@ func TestQueuePriorities(t *testing.T) {
 	}
 }
 
+// Keys queued first go before urgent and background ones, in their order;
+// an urgent key raised to first is handed out once.
+func TestQueueFirstGoesAhead(t *testing.T) {
+	q := newQueue()
+	q.addAt("bg", background)
+	q.add("u1")
+	q.add("u2")
+	q.addAt("f1", first)
+	q.addAt("u2", first) // raised
+	q.add("f1")          // already queued higher
+	got := drain(t, q, 4)
+	if want := []string{"f1", "u2", "u1", "bg"}; !slices.Equal(got, want) {
+		t.Fatalf("handed out %v, want %v", got, want)
+	}
+	if len(q.queued) != 0 || len(q.front)+len(q.order)+len(q.later) != 0 {
+		t.Fatalf("left queued: %v", q.queued)
+	}
+}
+
 // A key changed while a worker has it is queued again when the worker is
 // done, at the highest priority asked for meanwhile.
 func TestQueueRequeuesWhileProcessing(t *testing.T) {
 	q := newQueue()
 	q.addAt("k", background)
 	q.addAt("other", background)
-	k, _ := q.get()
+	k, _, _ := q.getAt()
 	if k != "k" {
 		t.Fatalf("got %s first", k)
 	}
@@ -122,5 +141,41 @@ func TestResyncIntervalGrowsWithKeys(t *testing.T) {
 		if got := resyncInterval(c.base, c.n); got != c.want {
 			t.Errorf("resyncInterval(%s, %d) = %s, want %s", c.base, c.n, got, c.want)
 		}
+	}
+}
+
+// A key asked to come back keeps a first place it had; one handed out from
+// the background comes back urgent, as any requeue did.
+func TestRequeueKeepsItsPlace(t *testing.T) {
+	q := newQueue()
+	q.addAt("f", first)
+	q.addAt("b", background)
+	k, p, _ := q.getAt()
+	if k != "f" || p != first {
+		t.Fatalf("got %s at %d", k, p)
+	}
+	q.done(k)
+	q.addAfter(k, time.Millisecond, p)
+	k2, p2, _ := q.getAt()
+	if k2 != "b" || p2 != background {
+		t.Fatalf("got %s at %d, want b from the background", k2, p2)
+	}
+	q.done(k2)
+	q.addAfter(k2, time.Millisecond, p2)
+	q.add("u")
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		q.mu.Lock()
+		n := len(q.queued)
+		q.mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the requeues did not come")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := drain(t, q, 3); !slices.Equal(got, []string{"f", "u", "b"}) {
+		t.Fatalf("after the requeues: %v, want f first, then u and b urgent in order", got)
 	}
 }

@@ -300,7 +300,7 @@ func runControllers(ctx context.Context, st *store.Store, svc *control.Service, 
 	loops := []*controller.Loop{
 		{Name: "deployments", Store: st, Prefix: "daemondeployments/", Reconcile: dep.Reconcile, Workers: 4, Resync: time.Minute, Log: log},
 		{Name: "services", Store: st, Prefix: "services/", Reconcile: svcs.Reconcile, Follow: svcs.Follows(), Workers: 4, Resync: time.Minute, Log: log},
-		{Name: "daemons", Store: st, Prefix: daemons.Prefix, Reconcile: dmn.Reconcile, Follow: dmn.Follows(), Workers: 64, Resync: 30 * time.Second, Log: log},
+		{Name: "daemons", Store: st, Prefix: daemons.Prefix, Reconcile: dmn.Reconcile, Follow: dmn.Follows(), First: daemons.Changing, Workers: 64, Resync: 30 * time.Second, Log: log},
 	}
 	var inst *instances.Reconciler
 	if prov != nil {

@@ -35,10 +35,30 @@ func (r *Reconciler) Follows() []controller.Follow {
 		// rollout moves them batch by batch): behind the instances a
 		// change concerns.
 		{Prefix: "daemons/", Keys: r.instancesOfCluster, Background: true},
-		{Prefix: "tasks/", Keys: r.instanceOfTask},
+		// What passes the filter moves an instance on: a daemon's task
+		// starting or stopping, another task leaving a draining instance.
+		{Prefix: "tasks/", Keys: r.instanceOfTask, First: func(store.Change) bool { return true }},
 		// A rollout retargets placements of hand-started instances.
 		{Prefix: "daemonplacements/", Keys: instanceOfPlacement},
 	}
+}
+
+// Changing changes instances that wait on this controller: a new instance
+// for its daemons (REGISTERING until they run), a draining one to stop
+// them last and deregister. Both are a rollout's path; the rest of a
+// fleet's instance changes (resources as tasks come and go) mostly find
+// nothing to do, and go after them.
+func Changing(ch store.Change) bool {
+	if ch.Deleted {
+		return false
+	}
+	var ci struct {
+		Status string `json:"status"`
+	}
+	if jsonUnmarshal(ch.Value, &ci) != nil {
+		return false
+	}
+	return ci.Status == "REGISTERING" || ci.Status == "DRAINING"
 }
 
 func instanceOfPlacement(_ context.Context, ch store.Change) []string {

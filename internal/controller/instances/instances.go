@@ -359,6 +359,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 			}
 		}
 	}
+	// Terminations and a rollout's replacements go out now, not after the
+	// placements below: those wait on commits (seconds under a rollout's
+	// load), and every instance of a rolling window waited for them before
+	// its replacement was launched.
+	if len(retire)+len(replacements) > 0 {
+		acted = true
+		r.dispatch(ctx, cp.Cluster, name, retire, replacements, nil, dc, dm, now)
+		r.Log.Debug("instances pass acted", "capacity_provider", name, "terminated", len(retire), "replacements", len(replacements), "managed", len(managed))
+		retire, replacements = nil, nil
+	}
 	if cp.Status == "INACTIVE" {
 		return 0, nil
 	}
