@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/klauspost/compress/s2"
@@ -21,16 +22,21 @@ const (
 )
 
 // encodeValue is what goes to etcd for the JSON value b, which the caller
-// must not change afterwards (the string shares its bytes).
+// must not change afterwards (the string may share its bytes).
 func encodeValue(b []byte) string {
 	if len(b) >= compressMin {
-		out := make([]byte, 1+s2.MaxEncodedLen(len(b)))
+		scratch := scratchPool.Get().(*[]byte)
+		defer scratchPool.Put(scratch)
+		if n := 1 + s2.MaxEncodedLen(len(b)); cap(*scratch) < n {
+			*scratch = make([]byte, n)
+		}
+		out := (*scratch)[:cap(*scratch)]
 		out[0] = compressedMark
 		out = out[:1+len(s2.Encode(out[1:], b))]
 		// Worth a decompression on every watch and load only if it saves
 		// an eighth.
 		if len(out) <= len(b)-len(b)/8 {
-			b = out
+			return string(out) // the one copy, at its compressed size
 		}
 	}
 	if len(b) == 0 {
@@ -38,6 +44,10 @@ func encodeValue(b []byte) string {
 	}
 	return unsafe.String(&b[0], len(b))
 }
+
+// scratchPool holds compression buffers: a value is compressed into one,
+// then copied out at its final size.
+var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // decodeValue is the JSON value of what etcd holds.
 func decodeValue(v []byte) ([]byte, error) {
