@@ -306,6 +306,10 @@ type Rollout struct {
 	// Writes is what was written to etcd during the rollout, by kind of
 	// record (the server's store counts what its watch sees).
 	Writes map[string]store.WriteCount `json:"writes,omitempty"`
+	// Stages times the steps of replacing an instance (provisioned runs),
+	// over the replacements whose events the event limit kept (the last
+	// ~1,500 of 5,000).
+	Stages []Stage `json:"stages,omitempty"`
 }
 
 // rolloutView is the part of CapstanV1.DescribeDaemonRollout read here.
@@ -831,6 +835,11 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 			r.Reconciles[name] = controller.Stat{Passes: st.Passes - was.Passes, Seconds: st.Seconds - was.Seconds}
 		}
 		r.Writes = store.WritesSince(written, h.srv.Store.Writes())
+		if o.provisioned {
+			if r.Stages, err = replacementStages(ctx, h.srv.Store, clusterName, t); err != nil {
+				h.logf("replacement stages: %v", err)
+			}
+		}
 		h.progress(ctx, daemonArn, depArn, &r)
 		rep.Rollouts = append(rep.Rollouts, r)
 		if drain == 25 && rep.RolloutSeconds < 0 {
@@ -1050,6 +1059,10 @@ func printTable(w io.Writer, r *Report) {
 			ro.OnTarget, ro.OnTarget+ro.Remaining, ro.StealSeconds, ro.ServerCPUSeconds)
 		printWrites(tw, ro.Writes, r.Instances)
 		printReconciles(tw, ro.Reconciles)
+		if len(ro.Stages) > 0 {
+			fmt.Fprintf(tw, "  replacing an instance X by R, step by step\n")
+			printStages(tw, ro.Stages)
+		}
 	}
 	fmt.Fprintf(tw, "API during rollout, client %s (%d calls, %d errors)\tp50 %.1f ms\tp99 %.1f ms\n", r.APIClient, r.APISamples, r.APIErrors, r.APIP50Ms, r.APIP99Ms)
 	printLatencies(tw, r.APIByOp, r.APIByPosition)
