@@ -213,10 +213,14 @@ func talkTo(in io.WriteCloser, out io.Reader) *childHost {
 func (h *childHost) read(out io.Reader) {
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	ended := errors.New("hollow host exited")
 	for sc.Scan() {
 		var resp response
 		if err := json.Unmarshal(sc.Bytes(), &resp); err != nil {
-			continue
+			// Whose answer it was is unknown: every call fails rather
+			// than one waiting for ever.
+			ended = fmt.Errorf("hollow host: %w", err)
+			break
 		}
 		h.mu.Lock()
 		ch := h.pending[resp.Seq]
@@ -227,7 +231,10 @@ func (h *childHost) read(out io.Reader) {
 		}
 	}
 	h.mu.Lock()
-	h.readErr = fmt.Errorf("hollow host exited: %v", sc.Err())
+	if err := sc.Err(); err != nil {
+		ended = fmt.Errorf("hollow host exited: %w", err)
+	}
+	h.readErr = ended
 	for seq, ch := range h.pending {
 		close(ch)
 		delete(h.pending, seq)

@@ -73,3 +73,29 @@ func TestHostCallsOverlap(t *testing.T) {
 		t.Fatal("a call after the child exited did not fail")
 	}
 }
+
+// An answer that cannot be read fails the calls waiting instead of leaving
+// one of them waiting for ever.
+func TestHostGarbledAnswerFailsCalls(t *testing.T) {
+	reqR, reqW := io.Pipe()
+	respR, respW := io.Pipe()
+	h := talkTo(reqW, respR)
+	go func() {
+		sc := bufio.NewScanner(reqR)
+		for sc.Scan() {
+			respW.Write([]byte("{garbled\n"))
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { _, err := h.Arn("x"); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a call answered with garbage succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call still waits after a garbled answer")
+	}
+	reqW.Close()
+	respW.Close()
+}

@@ -119,10 +119,10 @@ func (l *Loop) Run(ctx context.Context) {
 		}
 	}()
 	type wake struct {
-		keys []string
-		ps   []int
+		key string
+		p   int
 	}
-	followed := make(chan wake)
+	followed := make(chan []wake)
 	for _, f := range l.Follow {
 		fsub := l.Store.Subscribe(f.Prefix)
 		defer fsub.Close()
@@ -141,7 +141,7 @@ func (l *Loop) Run(ctx context.Context) {
 					default:
 					}
 				}
-				var w wake
+				var w []wake
 				for _, c := range ch {
 					p := urgent
 					switch {
@@ -151,7 +151,7 @@ func (l *Loop) Run(ctx context.Context) {
 						p = first
 					}
 					for _, k := range f.Keys(ctx, c) {
-						w.keys, w.ps = append(w.keys, k), append(w.ps, p)
+						w = append(w, wake{k, p})
 					}
 				}
 				select {
@@ -176,9 +176,9 @@ func (l *Loop) Run(ctx context.Context) {
 				}
 				q.addAt(c.Key, p)
 			}
-		case w := <-followed:
-			for i, k := range w.keys {
-				q.addAt(k, w.ps[i])
+		case ws := <-followed:
+			for _, w := range ws {
+				q.addAt(w.key, w.p)
 			}
 		case <-relist:
 			l.enqueueAll(ctx, q)

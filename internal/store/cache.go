@@ -120,23 +120,33 @@ func (c *cache) offer(ch Change) {
 		}
 		for s := range c.byPrefix[ch.Key[:l]] {
 			if ch.encoded {
-				if v, err := decodeValue(ch.Value); err == nil {
-					ch.Value = v
-				}
-				ch.encoded = false
+				ch.Value, ch.encoded = c.stored(ch.Key, ch.Value), false
 			}
 			s.offer(ch)
 		}
 	}
 }
 
-// decode is the JSON value of what etcd holds at key.
+// decode is the JSON value of what etcd holds at key (with the store's
+// prefix).
 func (c *cache) decode(key string, v []byte) ([]byte, error) {
 	b, err := decodeValue(v)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", key[len(c.prefix):], err)
+		return nil, fmt.Errorf("%s: %w", strings.TrimPrefix(key, c.prefix), err)
 	}
 	return b, nil
+}
+
+// stored is what the cache keeps for a value etcd holds at key: its JSON,
+// or, if it cannot be decompressed, the value as stored, which whoever
+// decodes it then fails on with an error naming the key.
+func (c *cache) stored(key string, v []byte) []byte {
+	b, err := c.decode(key, v)
+	if err != nil {
+		c.log.Error("cannot read stored value", "err", err)
+		return v
+	}
+	return b
 }
 
 // treeDegree is the cache tree's B-tree degree. Each watch response
@@ -169,9 +179,7 @@ func (c *cache) load(ctx context.Context) error {
 		key := string(k.Key)
 		e := newEntry(key[len(c.prefix):], nil, k.ModRevision)
 		if !e.cold {
-			if e.value, err = c.decode(key, k.Value); err != nil {
-				return err
-			}
+			e.value = c.stored(key, k.Value)
 		}
 		tree.ReplaceOrInsert(kv{key, e})
 	}
@@ -231,17 +239,17 @@ func (c *cache) follow(ctx context.Context) error {
 		// one copy of the tree's upper nodes and one wake of the readers
 		// for all of them, where each response copied the paths to its
 		// keys (a tenth of what the server allocated in a rollout).
+		var ended error
 	more:
 		for range maxCoalesce {
 			select {
 			case next, ok := <-wch:
 				if !ok {
-					c.apply(events, rev)
-					return errors.New("watch channel closed")
+					ended = errWatchClosed
+					break more
 				}
-				if err := next.Err(); err != nil {
-					c.apply(events, rev)
-					return err
+				if ended = next.Err(); ended != nil {
+					break more
 				}
 				// Clipped: the first response's array is not ours to extend.
 				events, rev = append(slices.Clip(events), next.Events...), max(rev, next.Header.Revision)
@@ -250,9 +258,14 @@ func (c *cache) follow(ctx context.Context) error {
 			}
 		}
 		c.apply(events, rev)
+		if ended != nil {
+			return ended
+		}
 	}
-	return errors.New("watch channel closed")
+	return errWatchClosed
 }
+
+var errWatchClosed = errors.New("watch channel closed")
 
 // maxCoalesce bounds the watch responses applied at once.
 const maxCoalesce = 64
@@ -277,13 +290,8 @@ func (c *cache) apply(events []*clientv3.Event, rev int64) {
 				e := newEntry(k[len(c.prefix):], nil, ev.Kv.ModRevision)
 				ch := Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Value: ev.Kv.Value, encoded: e.cold}
 				if !e.cold {
-					v, err := c.decode(k, ev.Kv.Value)
-					if err != nil {
-						// Kept as stored: whoever decodes it gets an error naming the key.
-						c.log.Error("cannot read stored value", "key", k, "err", err)
-						v = ev.Kv.Value
-					}
-					e.value, ch.Value = v, v
+					e.value = c.stored(k, ev.Kv.Value)
+					ch.Value = e.value
 				}
 				tree.ReplaceOrInsert(kv{k, e})
 				changes = append(changes, ch)
