@@ -202,7 +202,11 @@ func TestEventPagesListInOrder(t *testing.T) {
 	}
 	// A limit of 8 deletes the two oldest pages (5 events), not part of
 	// the newest.
+	// Under the lock: the writer started above reads the limit once more
+	// after its last batch.
+	s.events.mu.Lock()
 	s.events.limit = 8
+	s.events.mu.Unlock()
 	if err := s.events.trim(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
