@@ -171,7 +171,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.serverDebug, "server-debug", false, "log at debug level to -server-log (each reconcile and how long it took)")
 	fs.StringVar(&o.agentLog, "agent-log", "", "write the hollow agents' warnings here")
 	fs.BoolVar(&o.skipRollouts, "skip-rollouts", false, "leave out the rollouts (step 4)")
-	fs.IntVar(&o.agentNice, "agent-nice", 0, "run the hollow agents at this niceness (e.g. 10): on one machine they take the cores a real fleet's agents would not")
+	fs.IntVar(&o.agentNice, "agent-nice", 10, "niceness of the hollow agents' process (0: the server's): a real fleet's agents run on cores of their own, so by default the server gets the shared cores first and the agents every cycle it leaves")
 	fs.Int64Var(&o.memoryLimit, "server-memory-limit", 0, "soft memory limit of the server's process in MiB (debug.SetMemoryLimit; 0: none), not of the hollow agents'")
 	fs.IntVar(&o.agentGOGC, "agent-gogc", 400, "GOGC of the hollow agents' process: its one heap holds thousands of agents' state, which the collector marks on every cycle")
 	fs.StringVar(&o.agentState, "agent-state", "memory", "where hollow agents keep their state: memory, or disk (a bbolt file each, as a real agent)")

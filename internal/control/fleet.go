@@ -686,6 +686,36 @@ func (s *Service) InstanceTaskBriefs(ctx context.Context, cluster, id string) ([
 	return out, nil
 }
 
+// taskCounts counts the tasks in each instance's manifest by last status
+// ([0] RUNNING, [1] not yet RUNNING nor STOPPED), under one read of the
+// fleet view.
+func (s *Service) taskCounts(ctx context.Context, cluster string, ids []string) (map[string][2]int, error) {
+	v, err := s.fleetView(ctx)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	defer v.done()
+	c := v.cluster(cluster)
+	out := make(map[string][2]int, len(ids))
+	for _, id := range ids {
+		var n [2]int
+		if fi := c.instances[id]; fi != nil {
+			for tid := range fi.desired {
+				t := c.tasks[tid]
+				switch {
+				case t == nil || t.last == "STOPPED":
+				case t.last == "RUNNING":
+					n[0]++
+				default:
+					n[1]++
+				}
+			}
+		}
+		out[id] = n
+	}
+	return out, nil
+}
+
 // TaskState is what the daemons controller reads of a daemon's task.
 type TaskState struct {
 	LastStatus, DesiredStatus, Health string

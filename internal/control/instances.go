@@ -328,6 +328,16 @@ func (s *Service) remaining(ctx context.Context, ci store.ContainerInstance, tot
 
 // instanceView is the API view of an instance, with live counts.
 func (s *Service) instanceView(ctx context.Context, ci store.ContainerInstance, tags bool) (*shapes.ContainerInstance, error) {
+	counts, err := s.taskCounts(ctx, ci.Cluster, []string{ci.ID})
+	if err != nil {
+		return nil, err
+	}
+	return s.instanceViewCounted(ctx, ci, tags, counts[ci.ID])
+}
+
+// instanceViewCounted is instanceView with the instance's task counts
+// (running, pending) already read.
+func (s *Service) instanceViewCounted(ctx context.Context, ci store.ContainerInstance, tags bool, counts [2]int) (*shapes.ContainerInstance, error) {
 	v := ci.ContainerInstance
 	if !tags {
 		v.Tags = nil
@@ -341,33 +351,11 @@ func (s *Service) instanceView(ctx context.Context, ci store.ContainerInstance, 
 	default:
 		return nil, storeErr(err)
 	}
-	running, pending, err := s.instanceTaskCounts(ctx, ci)
-	if err != nil {
-		return nil, err
-	}
-	v.RunningTasksCount, v.PendingTasksCount = ptr(int32(running)), ptr(int32(pending))
+	v.RunningTasksCount, v.PendingTasksCount = ptr(int32(counts[0])), ptr(int32(counts[1]))
 	if v.Attributes == nil {
 		v.Attributes = []shapes.Attribute{}
 	}
 	return &v, nil
-}
-
-// instanceTaskCounts counts the tasks placed on an instance by last status.
-func (s *Service) instanceTaskCounts(ctx context.Context, ci store.ContainerInstance) (running, pending int, err error) {
-	tasks, err := s.InstanceTaskBriefs(ctx, ci.Cluster, ci.ID)
-	if err != nil {
-		return 0, 0, storeErr(err)
-	}
-	for _, t := range tasks {
-		switch t.LastStatus {
-		case "RUNNING":
-			running++
-		case "STOPPED":
-		default:
-			pending++
-		}
-	}
-	return running, pending, nil
 }
 
 // keyOnly decodes nothing: for reads that need keys and revisions only.
@@ -384,6 +372,8 @@ func (s *Service) DescribeContainerInstances(ctx context.Context, req *shapes.De
 		return nil, fault.Invalid("containerInstances", "must name 1 to 100 container instances")
 	}
 	out := &shapes.DescribeContainerInstancesResponse{ContainerInstances: []shapes.ContainerInstance{}, Failures: []shapes.Failure{}}
+	found := make([]store.ContainerInstance, 0, len(req.ContainerInstances))
+	ids := make([]string, 0, len(req.ContainerInstances))
 	for i, ref := range req.ContainerInstances {
 		id, err := s.instanceID(fieldIndex("containerInstances", i), cl.Value.ClusterName, ref)
 		if err != nil {
@@ -397,7 +387,17 @@ func (s *Service) DescribeContainerInstances(ctx context.Context, req *shapes.De
 		if err != nil {
 			return nil, storeErr(err)
 		}
-		v, err := s.instanceView(ctx, it.Value, slices.Contains(req.Include, "CONTAINER_INSTANCE_HEALTH") || slices.Contains(req.Include, "TAGS"))
+		found, ids = append(found, it.Value), append(ids, id)
+	}
+	// One read of the fleet view for all of them: a read per instance
+	// queued behind the view's writer once each.
+	counts, err := s.taskCounts(ctx, cl.Value.ClusterName, ids)
+	if err != nil {
+		return nil, err
+	}
+	tags := slices.Contains(req.Include, "CONTAINER_INSTANCE_HEALTH") || slices.Contains(req.Include, "TAGS")
+	for _, ci := range found {
+		v, err := s.instanceViewCounted(ctx, ci, tags, counts[ci.ID])
 		if err != nil {
 			return nil, err
 		}
@@ -477,26 +477,32 @@ func (s *Service) ListContainerInstances(ctx context.Context, req *shapes.ListCo
 	if err != nil {
 		return nil, err
 	}
-	out := &shapes.ListContainerInstancesResponse{ContainerInstanceArns: []string{}}
-	after := p.after
-	for {
-		items, more, err := store.List[store.ContainerInstance](ctx, s.st, prefix, after, p.limit-len(out.ContainerInstanceArns))
-		if err != nil {
-			return nil, storeErr(err)
-		}
-		for _, it := range items {
-			after = it.Key
-			ci := it.Value
-			if req.Status != "" && ci.Status != req.Status || req.Status == "" && ci.Status == "INACTIVE" || !filter.match(attributeMap(ci)) {
-				continue
-			}
-			out.ContainerInstanceArns = append(out.ContainerInstanceArns, ci.ContainerInstanceArn)
-		}
-		if !more || len(out.ContainerInstanceArns) == p.limit {
-			out.NextToken = nextToken(prefix+"\x00"+req.Status+"\x00"+req.Filter, after, more)
-			return out, nil
-		}
+	// The view holds what the filters read (status, attributes), so a page
+	// decodes nothing: listing 5,000 instances decoded every record.
+	cluster := cl.Value.ClusterName
+	matches := func(status string, attrs map[string]string) bool {
+		return (req.Status == "" && status != "INACTIVE" || req.Status != "" && status == req.Status) && filter.match(attrs)
 	}
+	arns, next, err := s.pageByView(ctx, prefix, p, prefix+"\x00"+req.Status+"\x00"+req.Filter, func(v fleetView, id string) (string, verdict) {
+		fi := v.cluster(cluster).instances[id]
+		switch {
+		case fi == nil || !fi.rec:
+			return "", unknown
+		case matches(fi.status, fi.attributes):
+			return fi.arn, yes
+		}
+		return "", no
+	}, func(key string) (string, bool, error) {
+		it, err := store.Get[store.ContainerInstance](ctx, s.st, key)
+		if err != nil {
+			return "", false, err
+		}
+		return it.Value.ContainerInstanceArn, matches(it.Value.Status, attributeMap(it.Value)), nil
+	})
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	return &shapes.ListContainerInstancesResponse{ContainerInstanceArns: append([]string{}, arns...), NextToken: next}, nil
 }
 
 func (s *Service) UpdateContainerInstancesState(ctx context.Context, req *shapes.UpdateContainerInstancesStateRequest) (*shapes.UpdateContainerInstancesStateResponse, error) {

@@ -497,3 +497,100 @@ func TestWaitingRereadsChangedTasks(t *testing.T) {
 		t.Fatal("a placed task stays in the memo")
 	}
 }
+
+// ListContainerInstances pages from the fleet view what it paged from the
+// records: every status and attribute filter, in pages of 1, 7 and 100,
+// including an instance whose record changed after the first listing.
+func TestListContainerInstancesByViewAgreesWithTheRecords(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	s, _ := startFixture(t, st, 0, 300, 0)
+	statuses := []string{"ACTIVE", "DRAINING", "ACTIVE", "INACTIVE", "REGISTERING", "ACTIVE"}
+	var all []store.ContainerInstance
+	write := func(ci store.ContainerInstance, create bool) {
+		t.Helper()
+		tx := st.Txn()
+		if create {
+			tx.Create(store.ContainerInstanceKey("c", ci.ID), ci)
+		} else {
+			it, err := store.Get[store.ContainerInstance](ctx, st, store.ContainerInstanceKey("c", ci.ID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx.Update(it.Key, it.Rev, ci)
+		}
+		if _, err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 40 {
+		id := fmt.Sprintf("%032d", (i*17)%40)
+		ci := instanceRecord(id, statuses[i%len(statuses)], 1000, 1000)
+		ci.ContainerInstanceArn = s.arns.containerInstance("c", id)
+		ci.Attributes = []shapes.Attribute{{Name: "zone", Value: []string{"a", "b", "c"}[i%3]}}
+		if i%4 == 0 {
+			ci.Attributes = append(ci.Attributes, shapes.Attribute{Name: "gpu", Value: "yes"})
+		}
+		write(ci, true)
+		all = append(all, ci)
+	}
+	slices.SortFunc(all, func(a, b store.ContainerInstance) int { return strings.Compare(a.ID, b.ID) })
+	check := func() {
+		t.Helper()
+		for _, req := range []shapes.ListContainerInstancesRequest{
+			{}, {Status: "ACTIVE"}, {Status: "DRAINING"}, {Status: "INACTIVE"}, {Status: "REGISTERING"},
+			{Filter: "attribute:gpu exists"}, {Filter: "attribute:zone == b"}, {Status: "ACTIVE", Filter: "attribute:zone != a"},
+			{Filter: "attribute:zone == nowhere"},
+		} {
+			filter, err := parseInstanceFilter(req.Filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, ci := range all {
+				if (req.Status == "" && ci.Status != "INACTIVE" || ci.Status == req.Status) && filter.match(attributeMap(ci)) {
+					want = append(want, ci.ContainerInstanceArn)
+				}
+			}
+			if len(want) == 0 && req.Filter != "attribute:zone == nowhere" {
+				t.Fatalf("%+v: the fixture lists nothing", req)
+			}
+			for _, size := range []int32{1, 7, 100} {
+				var got []string
+				token := ""
+				for pages := 0; ; pages++ {
+					r := req
+					r.Cluster, r.MaxResults, r.NextToken = "c", &size, token
+					out, err := s.ListContainerInstances(ctx, &r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(out.ContainerInstanceArns) > int(size) || pages > 50 {
+						t.Fatalf("%+v: page of %d with maxResults %d (page %d)", req, len(out.ContainerInstanceArns), size, pages)
+					}
+					got = append(got, out.ContainerInstanceArns...)
+					if token = out.NextToken; token == "" {
+						break
+					}
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("%+v, maxResults %d: listed %v, want %v", req, size, got, want)
+				}
+			}
+		}
+	}
+	check()
+	// The view follows changes: drain some, take an attribute from others.
+	for i := range all {
+		switch i % 5 {
+		case 0:
+			all[i].Status = "DRAINING"
+		case 1:
+			all[i].Attributes = all[i].Attributes[:1]
+		default:
+			continue
+		}
+		write(all[i], false)
+	}
+	check()
+}

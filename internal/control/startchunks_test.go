@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -149,5 +150,67 @@ func TestServiceStopsCommitInChunks(t *testing.T) {
 		if tk.Value.DesiredStatus != "STOPPED" || d.Value.DesiredStatus != "STOPPED" {
 			t.Fatalf("task %s desired %s, its agent's entry %s", tk.Value.ID, tk.Value.DesiredStatus, d.Value.DesiredStatus)
 		}
+	}
+}
+
+// DescribeContainerInstances counts each instance's tasks by status, in
+// the order asked, with an unknown instance among them a failure.
+func TestDescribeContainerInstancesCountsTasks(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	s, req := startFixture(t, st, 0, 64, 14)
+	id := func(i int) string { return fmt.Sprintf("%032d", i) }
+	tx := st.Txn()
+	for i := range 4 {
+		ci := instanceRecord(id(i), "ACTIVE", 100000, 100000)
+		ci.ContainerInstanceArn, ci.Version = s.arns.containerInstance("c", id(i)), ptr(int64(1))
+		tx.Create(store.ContainerInstanceKey("c", id(i)), ci).Create(store.SessionKey("c", id(i)), store.Session{})
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tasks, failures, err := s.startTasks(ctx, req)
+	if err != nil || len(failures) != 0 || len(tasks) != 14 {
+		t.Fatalf("started %d, failures %v, err %v", len(tasks), failures, err)
+	}
+	want := map[string][2]int{}
+	for i, tk := range tasks {
+		it, err := store.Get[store.Task](ctx, st, store.TaskKey("c", lastPart(tk.TaskArn)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := want[it.Value.InstanceID]
+		switch i % 3 {
+		case 0:
+			it.Value.LastStatus = "RUNNING"
+			n[0]++
+		case 1:
+			it.Value.LastStatus = "STOPPED"
+		default:
+			n[1]++
+		}
+		want[it.Value.InstanceID] = n
+		if _, err := st.Txn().Update(it.Key, it.Rev, it.Value).Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := []string{id(2), id(9), id(0), id(1), id(3)}
+	out, err := s.DescribeContainerInstances(ctx, &shapes.DescribeContainerInstancesRequest{Cluster: "c", ContainerInstances: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Failures) != 1 || out.Failures[0].Reason != "MISSING" || !strings.HasSuffix(out.Failures[0].Arn, "/"+id(9)) {
+		t.Fatalf("failures %+v", out.Failures)
+	}
+	var got []string
+	for _, ci := range out.ContainerInstances {
+		id := lastPart(ci.ContainerInstanceArn)
+		got = append(got, id)
+		if n := want[id]; *ci.RunningTasksCount != int32(n[0]) || *ci.PendingTasksCount != int32(n[1]) {
+			t.Errorf("%s: %d running, %d pending, want %v", id, *ci.RunningTasksCount, *ci.PendingTasksCount, n)
+		}
+	}
+	if !slices.Equal(got, []string{id(2), id(0), id(1), id(3)}) {
+		t.Fatalf("described %v", got)
 	}
 }

@@ -801,58 +801,85 @@ func (s *Service) ListTasks(ctx context.Context, req *shapes.ListTasksRequest) (
 // ListTasks' cost in a rollout. A task the view does not know yet is read.
 func (s *Service) listTasksByView(ctx context.Context, cluster string, p page, scope string, viewMatch func(*fleetTask) bool,
 	match func(store.Task) bool, out *shapes.ListTasksResponse) (*shapes.ListTasksResponse, error) {
-	const (
-		no = iota
-		yes
-		unknown
-	)
 	prefix := store.TaskPrefix(cluster)
+	arns, next, err := s.pageByView(ctx, prefix, p, scope, func(v fleetView, id string) (string, verdict) {
+		switch t := v.cluster(cluster).tasks[id]; {
+		case t == nil:
+			return "", unknown
+		case viewMatch(t):
+			return s.arns.task(cluster, id), yes
+		}
+		return "", no
+	}, func(key string) (string, bool, error) {
+		it, err := store.Get[store.Task](ctx, s.st, key)
+		if err != nil {
+			return "", false, err
+		}
+		return it.Value.TaskArn, match(it.Value), nil
+	})
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	out.TaskArns, out.NextToken = append(out.TaskArns, arns...), next
+	return out, nil
+}
+
+// verdict is what the fleet view says of one record for a list.
+type verdict uint8
+
+const (
+	no verdict = iota
+	yes
+	unknown // not in the view yet: read the record
+)
+
+// pageByView pages the keys under prefix after p.after, in key order,
+// deciding each in the fleet view (judge, under its read lock, with the
+// key's ID after prefix) and reading only the records the view does not
+// know yet (read: the ARN and whether it matches; a record gone since is
+// left out). It returns the page's ARNs and the next token.
+func (s *Service) pageByView(ctx context.Context, prefix string, p page, scope string,
+	judge func(v fleetView, id string) (string, verdict), read func(key string) (string, bool, error)) ([]string, string, error) {
+	var arns []string
 	after := p.after
 	for {
-		keys, more, err := store.Keys(ctx, s.st, prefix, after, max(2*(p.limit-len(out.TaskArns)), 64))
+		keys, more, err := store.Keys(ctx, s.st, prefix, after, max(2*(p.limit-len(arns)), 64))
 		if err != nil {
-			return nil, storeErr(err)
+			return nil, "", err
 		}
-		verdicts := make([]uint8, len(keys))
+		found := make([]string, len(keys))
+		verdicts := make([]verdict, len(keys))
 		v, err := s.fleetView(ctx)
 		if err != nil {
-			return nil, storeErr(err)
+			return nil, "", err
 		}
-		c := v.cluster(cluster)
 		for i, k := range keys {
-			switch t := c.tasks[k[len(prefix):]]; {
-			case t == nil:
-				verdicts[i] = unknown
-			case viewMatch(t):
-				verdicts[i] = yes
-			}
+			found[i], verdicts[i] = judge(v, k[len(prefix):])
 		}
 		v.done()
 		for i, k := range keys {
-			if len(out.TaskArns) == p.limit {
-				out.NextToken = nextToken(scope, after, true)
-				return out, nil
+			if len(arns) == p.limit {
+				return arns, nextToken(scope, after, true), nil
 			}
 			after = k
 			switch verdicts[i] {
 			case yes:
-				out.TaskArns = append(out.TaskArns, s.arns.task(cluster, k[len(prefix):]))
+				arns = append(arns, found[i])
 			case unknown:
-				it, err := store.Get[store.Task](ctx, s.st, k)
+				arn, ok, err := read(k)
 				if errors.Is(err, store.ErrNotFound) {
 					continue
 				}
 				if err != nil {
-					return nil, storeErr(err)
+					return nil, "", err
 				}
-				if match(it.Value) {
-					out.TaskArns = append(out.TaskArns, it.Value.TaskArn)
+				if ok {
+					arns = append(arns, arn)
 				}
 			}
 		}
-		if !more || len(out.TaskArns) == p.limit {
-			out.NextToken = nextToken(scope, after, more)
-			return out, nil
+		if !more || len(arns) == p.limit {
+			return arns, nextToken(scope, after, more), nil
 		}
 	}
 }

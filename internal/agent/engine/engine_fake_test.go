@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -685,6 +687,50 @@ func TestFakeRecordFollowsDesired(t *testing.T) {
 	if len(rec.Task.Tags) != 1 || rec.Task.Tags[0].Value != "b" || rec.Task.Definition.Family != "fam" || rec.Status != StatusRunning || rec.Containers[0].RuntimeID == "" {
 		t.Fatalf("record after the change %+v", rec)
 	}
+	// The desired task comes back whole from the record it was spliced into.
+	if got, want := mustMarshal(t, rec.Task), mustMarshal(t, changed); !bytes.Equal(got, want) {
+		t.Fatalf("stored task\n%s\nwant\n%s", got, want)
+	}
 	h.e.SetDesired(nil)
 	h.waitStatus(task.Arn, StatusStopped, wait)
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// BenchmarkEncodeRecord encodes a task's record as every engine step
+// does, the desired task's JSON spliced in, beside json.Marshal of the
+// same record with that JSON as a RawMessage (the encoding before), which
+// validates and compacts it on every call.
+func BenchmarkEncodeRecord(b *testing.B) {
+	app := ctrDef("app", "busybox", "sleep", "1000")
+	for i := range 20 {
+		app.Environment = append(app.Environment, shapes.KeyValuePair{Name: fmt.Sprintf("SETTING_%d", i), Value: strings.Repeat("v", 40)})
+	}
+	tk := &task{arn: taskArn("bench"), desired: newTestTask("bench", app, ctrDef("sidecar", "busybox", "sleep", "1000"))}
+	b.Run("splice", func(b *testing.B) {
+		tk.desiredJSON = nil
+		for b.Loop() {
+			if _, err := tk.encodeRecord(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("rawmessage", func(b *testing.B) {
+		desired, _ := json.Marshal(tk.desired)
+		for b.Loop() {
+			if _, err := json.Marshal(struct {
+				record
+				Task json.RawMessage `json:"task"`
+			}{tk.record(), desired}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

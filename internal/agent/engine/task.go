@@ -1415,12 +1415,29 @@ func (t *task) encodeRecord() ([]byte, error) {
 		}
 		t.desiredJSON = b
 	}
-	// The outer Task is shallower than record's, so it is the one encoded.
-	return json.Marshal(struct {
+	// The outer Task hides record's and is encoded last, as a placeholder
+	// that the desired task's JSON then takes the place of: json.Marshal
+	// would validate and compact kilobytes of RawMessage on every step.
+	b, err := json.Marshal(struct {
 		record
 		Task json.RawMessage `json:"task"`
-	}{r, t.desiredJSON})
+	}{r, recordPlaceholder})
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.HasSuffix(b, recordTail) {
+		return nil, fmt.Errorf("task record ends in %q, not the task's placeholder", b[max(0, len(b)-20):])
+	}
+	head := b[:len(b)-len(recordPlaceholder)-1]
+	out := make([]byte, 0, len(head)+len(t.desiredJSON)+1)
+	out = append(append(out, head...), t.desiredJSON...)
+	return append(out, '}'), nil
 }
+
+var (
+	recordPlaceholder = json.RawMessage("0")
+	recordTail        = []byte(`"task":0}`)
+)
 
 func (t *task) record() record {
 	r := record{
