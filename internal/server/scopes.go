@@ -1,6 +1,7 @@
 package server
 
 import (
+	"container/list"
 	"context"
 	"sync"
 
@@ -15,26 +16,44 @@ const maxScopes = 4096
 
 // scopes gives each API caller (access key) its own consistency scope:
 // read-only calls see the caller's writes without waiting for the
-// controllers' latest.
+// controllers' latest. The least recently seen caller is forgotten first:
+// a fleet of instances registering with keys of their own, each calling a
+// few times, must not take an operator's scope away at random.
 type scopes struct {
-	st *store.Store
-	mu sync.Mutex
-	m  map[string]*store.Scope
+	st  *store.Store
+	max int
+	mu  sync.Mutex
+	m   map[string]*list.Element // of scopeEntry
+	lru list.List                // most recent first
+}
+
+type scopeEntry struct {
+	key string
+	sc  *store.Scope
+}
+
+func newScopes(st *store.Store, max int) *scopes {
+	return &scopes{st: st, max: max, m: map[string]*list.Element{}}
 }
 
 func (s *scopes) scope(ctx context.Context, p auth.Principal, readOnly bool) context.Context {
+	return s.st.InScope(ctx, s.of(p.AccessKeyID), readOnly)
+}
+
+// of is key's scope, started now if key was not seen or was forgotten.
+func (s *scopes) of(key string) *store.Scope {
 	s.mu.Lock()
-	sc, ok := s.m[p.AccessKeyID]
-	if !ok {
-		if len(s.m) >= maxScopes {
-			for k := range s.m { // map order: an arbitrary victim
-				delete(s.m, k)
-				break
-			}
-		}
-		sc = s.st.NewScope()
-		s.m[p.AccessKeyID] = sc
+	defer s.mu.Unlock()
+	if e, ok := s.m[key]; ok {
+		s.lru.MoveToFront(e)
+		return e.Value.(scopeEntry).sc
 	}
-	s.mu.Unlock()
-	return s.st.InScope(ctx, sc, readOnly)
+	if s.lru.Len() >= s.max {
+		old := s.lru.Back()
+		s.lru.Remove(old)
+		delete(s.m, old.Value.(scopeEntry).key)
+	}
+	sc := s.st.NewScope()
+	s.m[key] = s.lru.PushFront(scopeEntry{key, sc})
+	return sc
 }

@@ -195,7 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		AlarmSource: cfg.AlarmSource != "", ProgressDeadline: max(cfg.ProgressDeadline, 0), EventLimit: cfg.EventLimit})
 	verifier := &auth.Verifier{Lookup: auth.Chain(auth.NewStaticLookup(admin), svc.Credentials())}
 	h := api.NewHandler(verifier, control.Authorize, cfg.Log)
-	h.Scope = (&scopes{st: st, m: map[string]*store.Scope{}}).scope
+	h.Scope = newScopes(st, maxScopes).scope
 	svc.Register(h)
 	serverID := addr + "/" + auth.NewAccessKeyID("")[:8]
 	var prov provision.Provisioner
