@@ -157,11 +157,16 @@ func (s *Store) sync(ctx context.Context) error {
 	if ctx.Value(syncedKey{s}) != nil {
 		return nil
 	}
-	rev := s.lastWrite.Load()
+	return s.WaitFor(ctx, s.syncTarget(ctx))
+}
+
+// syncTarget is the revision a read in ctx must see: the process's last
+// write, or its scope's.
+func (s *Store) syncTarget(ctx context.Context) int64 {
 	if sc, ok := ctx.Value(scopeKey{s}).(scopeCtx); ok && sc.reads {
-		rev = sc.s.last.Load()
+		return sc.s.last.Load()
 	}
-	return s.WaitFor(ctx, rev)
+	return s.lastWrite.Load()
 }
 
 // WaitFor waits until the cache has applied revision rev: for a caller
@@ -212,7 +217,7 @@ type syncedKey struct{ s *Store }
 // the latest write again. Writes must not use it (a retry would not see
 // its own conflict resolved).
 func (s *Store) ReadOnly(ctx context.Context) (context.Context, error) {
-	if err := s.sync(ctx); err != nil {
+	if err := s.Sync(ctx); err != nil {
 		return ctx, err
 	}
 	return context.WithValue(ctx, syncedKey{s}, true), nil
