@@ -329,23 +329,15 @@ func TestListTasksByViewAgreesWithTheRecords(t *testing.T) {
 			t.Fatalf("%+v: the fixture lists nothing", req)
 		}
 		for _, size := range []int32{1, 7, 100} {
-			var got []string
-			token := ""
-			for pages := 0; ; pages++ {
+			got := listAll(t, size, func(size *int32, token string) ([]string, string, error) {
 				r := req
-				r.Cluster, r.MaxResults, r.NextToken = "c", &size, token
+				r.Cluster, r.MaxResults, r.NextToken = "c", size, token
 				out, err := s.ListTasks(ctx, &r)
 				if err != nil {
-					t.Fatal(err)
+					return nil, "", err
 				}
-				if len(out.TaskArns) > int(size) || pages > 60 {
-					t.Fatalf("%+v: page of %d with maxResults %d (page %d)", req, len(out.TaskArns), size, pages)
-				}
-				got = append(got, out.TaskArns...)
-				if token = out.NextToken; token == "" {
-					break
-				}
-			}
+				return out.TaskArns, out.NextToken, nil
+			})
 			if !slices.Equal(got, want) {
 				t.Fatalf("%+v, maxResults %d: listed %v, want %v", req, size, got, want)
 			}
@@ -556,23 +548,15 @@ func TestListContainerInstancesByViewAgreesWithTheRecords(t *testing.T) {
 				t.Fatalf("%+v: the fixture lists nothing", req)
 			}
 			for _, size := range []int32{1, 7, 100} {
-				var got []string
-				token := ""
-				for pages := 0; ; pages++ {
+				got := listAll(t, size, func(size *int32, token string) ([]string, string, error) {
 					r := req
-					r.Cluster, r.MaxResults, r.NextToken = "c", &size, token
+					r.Cluster, r.MaxResults, r.NextToken = "c", size, token
 					out, err := s.ListContainerInstances(ctx, &r)
 					if err != nil {
-						t.Fatal(err)
+						return nil, "", err
 					}
-					if len(out.ContainerInstanceArns) > int(size) || pages > 50 {
-						t.Fatalf("%+v: page of %d with maxResults %d (page %d)", req, len(out.ContainerInstanceArns), size, pages)
-					}
-					got = append(got, out.ContainerInstanceArns...)
-					if token = out.NextToken; token == "" {
-						break
-					}
-				}
+					return out.ContainerInstanceArns, out.NextToken, nil
+				})
 				if !slices.Equal(got, want) {
 					t.Fatalf("%+v, maxResults %d: listed %v, want %v", req, size, got, want)
 				}
@@ -593,4 +577,25 @@ func TestListContainerInstancesByViewAgreesWithTheRecords(t *testing.T) {
 		write(all[i], false)
 	}
 	check()
+}
+
+// listAll pages through a list operation with maxResults size, checking
+// that no page is larger than asked (and that paging ends).
+func listAll(t *testing.T, size int32, page func(size *int32, token string) ([]string, string, error)) []string {
+	t.Helper()
+	var all []string
+	token := ""
+	for pages := 0; ; pages++ {
+		got, next, err := page(&size, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) > int(size) || pages > 100 {
+			t.Fatalf("page of %d with maxResults %d (page %d)", len(got), size, pages)
+		}
+		all = append(all, got...)
+		if token = next; token == "" {
+			return all
+		}
+	}
 }
