@@ -72,18 +72,7 @@ type cache struct {
 	// response at 5,000 instances, most to wait again, each queued for a
 	// core first (31 of the 85 goroutines queued in a rollout's trace).
 	waiters revWaiters
-	// ixrev is the revision the indexes and subscriptions have been fed
-	// to, behind rev: the records and their revision move on before the
-	// indexes take a change, so a read of the records never waits for an
-	// index's lock (the fleet view's writer waited for long readers there,
-	// a fifth of the time in a rollout that replaces instances, and every
-	// read of one's own write waited with it). Sync waits for ixrev.
-	ixrev     atomic.Int64
-	ixwaiters revWaiters
-	qmu       sync.Mutex
-	queue     []ixBatch // for the indexes, in order
-	qwake     chan struct{}
-	subs      map[*Subscription]struct{}
+	subs    map[*Subscription]struct{}
 	// byPrefix and lens index subs by prefix: a change is offered only to
 	// the subscriptions whose prefix it has, found with one lookup per
 	// distinct prefix length, instead of testing every subscription (each
@@ -92,9 +81,6 @@ type cache struct {
 	lens     map[int]int // prefix length → subscriptions of that length
 	writes   writeCounts
 	indexes  []index
-	// hold, when set, holds the next watch responses back until closed:
-	// for tests of what waits for the cache.
-	hold atomic.Pointer[chan struct{}]
 }
 
 // addSub and removeSub keep the index; c.mu is held.
@@ -176,7 +162,7 @@ func newTree(degree int) *btree.BTreeG[kv] {
 }
 
 func newCache(c *clientv3.Client, prefix string, log *slog.Logger) *cache {
-	ca := &cache{client: c, prefix: prefix, log: log, subs: map[*Subscription]struct{}{}, qwake: make(chan struct{}, 1),
+	ca := &cache{client: c, prefix: prefix, log: log, subs: map[*Subscription]struct{}{},
 		byPrefix: map[string]map[*Subscription]struct{}{}, lens: map[int]int{}}
 	ca.tree.Store(newTree(treeDegree))
 	return ca
@@ -203,29 +189,19 @@ func (c *cache) load(ctx context.Context) error {
 	c.tree.Store(tree)
 	c.rev.Store(resp.Header.Revision)
 	c.loaded.Store(true)
-	// What was queued for the indexes is in the snapshot they replay.
-	c.qmu.Lock()
-	c.queue = nil
-	c.qmu.Unlock()
-	for i := range c.indexes {
-		c.indexes[i].since = 0
-		c.replay(c.indexes[i])
+	for _, x := range c.indexes {
+		c.replay(x)
 	}
 	for s := range c.subs {
 		s.resyncNow()
 	}
-	c.ixrev.Store(resp.Header.Revision)
 	c.mu.Unlock()
 	c.waiters.reached(c.rev.Load())
-	c.ixwaiters.reached(c.ixrev.Load())
 	return nil
 }
 
 // run follows the watch until ctx ends, reloading after compaction.
 func (c *cache) run(ctx context.Context) {
-	ixDone := make(chan struct{})
-	go func() { defer close(ixDone); c.indexLoop(ctx) }()
-	defer func() { <-ixDone }()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		err := c.follow(ctx)
@@ -294,14 +270,15 @@ var errWatchClosed = errors.New("watch channel closed")
 // maxCoalesce bounds the watch responses applied at once.
 const maxCoalesce = 64
 
-// apply takes one watch response: the records and their revision, whose
-// readers it wakes, then queues the changes for the indexes and the
-// subscriptions (indexLoop), which take their own locks. Sync waits for
-// both; subscribers hear of a change only once the indexes have it.
+// apply takes one watch response: the records first, then the indexes,
+// then the revision and the subscriptions. The indexes are fed outside the
+// cache's lock: they take their own, and a long read of one (a walk over
+// thousands of instances) then holds back only the revision, not every
+// read of the cache. Readers wait for a revision, so what they read after
+// waiting has both; subscribers hear of a change only once both have it.
 func (c *cache) apply(events []*clientv3.Event, rev int64) {
-	if h := c.hold.Load(); h != nil {
-		<-*h
-	}
+	c.ixmu.Lock()
+	defer c.ixmu.Unlock()
 	c.writes.add(c.prefix, events)
 	changes := make([]Change, 0, len(events))
 	if len(events) > 0 {
@@ -325,70 +302,16 @@ func (c *cache) apply(events []*clientv3.Event, rev int64) {
 		}
 		c.tree.Store(tree)
 	}
-	if rev > c.rev.Load() {
-		c.rev.Store(rev)
-	}
-	c.waiters.reached(c.rev.Load())
-	c.qmu.Lock()
-	c.queue = append(c.queue, ixBatch{changes, rev})
-	c.qmu.Unlock()
-	select {
-	case c.qwake <- struct{}{}:
-	default:
-	}
-}
-
-// ixBatch is one watch response's changes, for the indexes.
-type ixBatch struct {
-	changes []Change
-	rev     int64
-}
-
-// indexLoop feeds the indexes and the subscriptions what apply queued,
-// everything queued at once, until ctx ends.
-func (c *cache) indexLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.qwake:
-		}
-		c.feed()
-	}
-}
-
-// feed takes the queued batches under c.ixmu (a reload clears the queue
-// under it, so no batch older than a snapshot follows its replay).
-func (c *cache) feed() {
-	c.ixmu.Lock()
-	c.qmu.Lock()
-	batches := c.queue
-	c.queue = nil
-	c.qmu.Unlock()
-	if len(batches) == 0 {
-		c.ixmu.Unlock()
-		return
-	}
-	changes := batches[0].changes
-	rev := batches[0].rev
-	if len(batches) > 1 {
-		changes = nil
-		for _, b := range batches {
-			changes = append(changes, b.changes...)
-			rev = max(rev, b.rev)
-		}
-	}
 	c.indexChanges(changes)
 	c.mu.Lock()
 	for _, ch := range changes {
 		c.offer(ch)
 	}
-	if rev > c.ixrev.Load() {
-		c.ixrev.Store(rev)
+	if rev > c.rev.Load() {
+		c.rev.Store(rev)
 	}
 	c.mu.Unlock()
-	c.ixmu.Unlock()
-	c.ixwaiters.reached(c.ixrev.Load())
+	c.waiters.reached(c.rev.Load())
 }
 
 func (c *cache) revision() int64 { return c.rev.Load() }
@@ -402,18 +325,6 @@ func (c *cache) waitFor(ctx context.Context, rev int64) error {
 	}
 	if err := c.waiters.wait(ctx, rev, &c.rev); err != nil {
 		return fmt.Errorf("wait for state revision %d: %w", rev, err)
-	}
-	return nil
-}
-
-// waitForIndexes blocks until the indexes and subscriptions have been fed
-// revision rev.
-func (c *cache) waitForIndexes(ctx context.Context, rev int64) error {
-	if c.ixrev.Load() >= rev {
-		return nil
-	}
-	if err := c.ixwaiters.wait(ctx, rev, &c.ixrev); err != nil {
-		return fmt.Errorf("wait for indexes at state revision %d: %w", rev, err)
 	}
 	return nil
 }

@@ -7,10 +7,9 @@ import (
 
 // Indexer keeps a derived view of the state (counts, free resources) that
 // would otherwise be recomputed from every record on every read. The cache
-// hands it each change after the records have it, in order, and before
-// Sync returns or subscribers hear of it, so a read after Sync sees the
-// index as current as the records. Its methods must be quick and must not
-// call the store.
+// hands it each change before it moves its revision on, so a read after
+// Sync sees the index as current as the cache. Its methods must be quick
+// and must not call the store.
 type Indexer interface {
 	// Reset forgets everything: the cache reloaded. Every key follows as
 	// a Put.
@@ -32,31 +31,17 @@ func (s *Store) AddIndex(prefix string, ix Indexer) {
 	defer c.ixmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// The replay is of the records now; changes queued before them but
-	// not yet fed are in it already.
-	x := index{prefix: prefix, ix: ix, since: c.rev.Load()}
-	c.indexes = append(c.indexes, x)
-	c.replay(x)
+	c.indexes = append(c.indexes, index{prefix: prefix, ix: ix})
+	c.replay(index{prefix: prefix, ix: ix})
 }
 
-// Sync waits until the records and every index reflect every write this
-// process has committed (in the caller's scope, if it has one).
-func (s *Store) Sync(ctx context.Context) error {
-	if ctx.Value(syncedKey{s}) != nil {
-		return nil
-	}
-	rev := s.syncTarget(ctx)
-	if err := s.WaitFor(ctx, rev); err != nil {
-		return err
-	}
-	return s.cache.waitForIndexes(ctx, rev)
-}
+// Sync waits until the cache, and so every index, reflects every write
+// this process has committed.
+func (s *Store) Sync(ctx context.Context) error { return s.sync(ctx) }
 
 type index struct {
 	prefix string
 	ix     Indexer
-	// since: changes at or before this revision are in the index's replay.
-	since int64
 }
 
 // replay fills one index from the tree; c.ixmu and c.mu are held.
@@ -79,23 +64,21 @@ type BatchIndexer interface {
 	Apply(changes []Change)
 }
 
-// indexChanges hands watch responses' changes to the indexes, each index
-// its own in order; c.ixmu is held.
+// indexChanges hands a watch response's changes to the indexes, each
+// index its own in order; c.ixmu is held.
 func (c *cache) indexChanges(changes []Change) {
 	var mine []Change
 	for _, x := range c.indexes {
 		b, ok := x.ix.(BatchIndexer)
 		if !ok {
 			for _, ch := range changes {
-				if ch.Rev > x.since {
-					c.indexChange(x, ch)
-				}
+				c.indexChange(x, ch)
 			}
 			continue
 		}
 		mine = mine[:0]
 		for _, ch := range changes {
-			if ch.Rev > x.since && strings.HasPrefix(ch.Key, x.prefix) {
+			if strings.HasPrefix(ch.Key, x.prefix) {
 				mine = append(mine, ch)
 			}
 		}

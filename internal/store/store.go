@@ -157,16 +157,11 @@ func (s *Store) sync(ctx context.Context) error {
 	if ctx.Value(syncedKey{s}) != nil {
 		return nil
 	}
-	return s.WaitFor(ctx, s.syncTarget(ctx))
-}
-
-// syncTarget is the revision a read in ctx must see: the process's last
-// write, or its scope's.
-func (s *Store) syncTarget(ctx context.Context) int64 {
+	rev := s.lastWrite.Load()
 	if sc, ok := ctx.Value(scopeKey{s}).(scopeCtx); ok && sc.reads {
-		return sc.s.last.Load()
+		rev = sc.s.last.Load()
 	}
-	return s.lastWrite.Load()
+	return s.WaitFor(ctx, rev)
 }
 
 // WaitFor waits until the cache has applied revision rev: for a caller
@@ -217,7 +212,7 @@ type syncedKey struct{ s *Store }
 // the latest write again. Writes must not use it (a retry would not see
 // its own conflict resolved).
 func (s *Store) ReadOnly(ctx context.Context) (context.Context, error) {
-	if err := s.Sync(ctx); err != nil {
+	if err := s.sync(ctx); err != nil {
 		return ctx, err
 	}
 	return context.WithValue(ctx, syncedKey{s}, true), nil

@@ -267,10 +267,9 @@ func (g *gate) Put(key string, _ []byte, _ int64) {
 }
 func (g *gate) Delete(string) {}
 
-// An index slow to take a change holds back only what reads it: Sync and
-// subscribers wait for it; reads of the records, one's own write
-// included, do not.
-func TestSlowIndexHoldsBackOnlyItsReaders(t *testing.T) {
+// An index slow to take a change holds back the revision (reads that wait
+// for the write, and subscribers), not the cache's other reads.
+func TestSlowIndexHoldsBackOnlyTheRevision(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s := open(t, t.TempDir())
@@ -284,8 +283,6 @@ func TestSlowIndexHoldsBackOnlyItsReaders(t *testing.T) {
 	g := &gate{open: make(chan struct{})}
 	s.AddIndex("g/", g)
 	g.shut.Store(true)
-	var opened sync.Once // a failed check must not leave Close waiting on the index
-	defer opened.Do(func() { close(g.open) })
 	sub := s.Subscribe("g/")
 	defer sub.Close()
 
@@ -307,16 +304,9 @@ func TestSlowIndexHoldsBackOnlyItsReaders(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a read of the cache waited for the index")
 	}
-	// A read of the records waiting for the write has it; Sync, which
-	// readers of the indexes wait on, does not return before the index.
-	rctx, cancelRead := context.WithTimeout(ctx, 5*time.Second)
-	if it, err := Get[obj](rctx, s, "g/a"); err != nil || it.Value.N != 1 {
-		t.Fatalf("a read of the records waiting for the write, behind the index: %+v %v", it, err)
-	}
-	cancelRead()
 	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
-	if err := s.Sync(short); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Sync returned before the index had the write: %v", err)
+	if _, err := Get[obj](short, s, "g/a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a read waiting for the write returned before the index had it: %v", err)
 	}
 	cancelShort()
 	select {
@@ -324,9 +314,9 @@ func TestSlowIndexHoldsBackOnlyItsReaders(t *testing.T) {
 		t.Fatal("a subscriber heard of the change before the index had it")
 	default:
 	}
-	opened.Do(func() { close(g.open) })
-	if err := s.Sync(ctx); err != nil {
-		t.Fatalf("after the index took it: %v", err)
+	close(g.open)
+	if it, err := Get[obj](ctx, s, "g/a"); err != nil || it.Value.N != 1 {
+		t.Fatalf("after the index took it: %+v %v", it, err)
 	}
 	g.mu.Lock()
 	keys := g.keys
@@ -440,6 +430,10 @@ func TestConflictMakesTheScopeWaitForTheWinner(t *testing.T) {
 	commits := map[string]func(*Txn, context.Context) (int64, error){"Commit": (*Txn).Commit, "CommitGrouped": (*Txn).CommitGrouped}
 	for name, commit := range commits {
 		prefix := name + "/"
+		g := &gate{open: make(chan struct{})}
+		s.AddIndex(prefix, g)
+		release := sync.OnceFunc(func() { close(g.open) })
+		defer release() // a failed check must not leave the watch held
 		if _, err := s.Txn().Create(prefix+"a", obj{"first", 1}).Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -449,8 +443,7 @@ func TestConflictMakesTheScopeWaitForTheWinner(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		release := holdCache(s)
-		defer release() // a failed check must not leave the watch held
+		g.shut.Store(true)
 		// Another writer wins; the watch is held before the cache has it.
 		if _, err := s.Txn().Update(prefix+"a", old.Rev, obj{"winner", 2}).Commit(ctx); err != nil {
 			t.Fatal(err)
@@ -508,12 +501,10 @@ func TestHistoryIsCompactedBehindTheCache(t *testing.T) {
 		t.Fatalf("revision %d still readable after compaction: %v", first, err)
 	}
 
-	// Hold the cache back: writes go on, compaction must stop at it. The
-	// index counts what it is fed: a reload would replay g/a into it.
+	// Hold the cache back: writes go on, compaction must stop at it.
 	g := &gate{open: make(chan struct{})}
 	s.AddIndex("g/", g)
-	release := holdCache(s)
-	defer release()
+	g.shut.Store(true)
 	held, err := s.Txn().Create("g/a", obj{N: 1}).Commit(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -529,14 +520,11 @@ func TestHistoryIsCompactedBehindTheCache(t *testing.T) {
 	if c := s.Compacted(); c >= held {
 		t.Fatalf("compacted to %d while the cache had not applied %d", c, held)
 	}
-	release()
+	close(g.open)
 	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
 	defer cancelShort()
 	if it, err := Get[obj](short, s, "h/19"); err != nil || it.Rev != last {
 		t.Fatalf("after the cache was let go: %+v %v", it, err)
-	}
-	if err := s.Sync(short); err != nil {
-		t.Fatal(err)
 	}
 	g.mu.Lock()
 	keys := g.keys
@@ -678,11 +666,6 @@ func TestBatchIndexerTakesATransactionAtOnce(t *testing.T) {
 	if _, err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The index has the first transaction before the second is written
-	// (a read of the records alone need not wait for it).
-	if err := s.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
 	it, err := Get[obj](ctx, s, "b/07")
 	if err != nil {
 		t.Fatal(err)
@@ -709,15 +692,4 @@ func TestBatchIndexerTakesATransactionAtOnce(t *testing.T) {
 	if d := b.calls[1]; len(d) != 1 || d[0].Key != "b/07" || !d[0].Deleted {
 		t.Fatalf("second batch: %+v", d)
 	}
-}
-
-// holdCache holds s's cache back before it applies the next watch
-// response, until release.
-func holdCache(s *Store) (release func()) {
-	ch := make(chan struct{})
-	s.cache.hold.Store(&ch)
-	return sync.OnceFunc(func() {
-		s.cache.hold.Store(nil)
-		close(ch)
-	})
 }
