@@ -607,6 +607,21 @@ func (c *fleetCluster) daemonOn(fi *fleetInstance, daemon string) (rev string, r
 	return p.RevisionArn, t != nil && t.last == "RUNNING" && t.desiredStatus == "RUNNING"
 }
 
+// daemonOnCounted is daemonOn for an instance in the counts (its record
+// there, not INACTIVE, in a capacity provider), whose running daemons the
+// counts already hold: a rollout's pass asks it of every instance, and
+// finding the daemon's task among the cluster's tens of thousands was
+// most of the pass.
+func (c *fleetCluster) daemonOnCounted(fi *fleetInstance, daemon string) (rev string, running bool) {
+	if on, ok := fi.counted.daemons[daemon]; ok {
+		return on.rev, true
+	}
+	if p, ok := fi.placements[daemon]; ok {
+		return p.RevisionArn, false
+	}
+	return "", false
+}
+
 // PlanTasks are a group's tasks as the services controller plans with
 // them (stopped ones included), from the fleet view: a service's tasks
 // without decoding the cluster's task records on every reconcile. They

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -25,7 +26,7 @@ func openStore(t *testing.T) *store.Store {
 	return st
 }
 
-func mustJSON(t *testing.T, v any) []byte {
+func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -225,6 +226,14 @@ func TestFleetDaemonCountsFollowChanges(t *testing.T) {
 			return
 		}
 		for _, d := range daemons {
+			for id, fi := range c.instances {
+				if fi.rec && fi.status != "INACTIVE" && fi.cp != "" {
+					rev, running := c.daemonOn(fi, d)
+					if crev, crunning := c.daemonOnCounted(fi, d); crev != rev || crunning != running {
+						t.Fatalf("step %d (%s), %s on %s: counted %q %v, walked %q %v", step, what, d, id, crev, crunning, rev, running)
+					}
+				}
+			}
 			want := walkCounts(c, d, cps)
 			got := map[string]*DaemonCount{}
 			for _, cp := range cps {
@@ -342,4 +351,53 @@ func TestDaemonCountsDoNotWaitForFleetReaders(t *testing.T) {
 	v.done()
 	released = true
 	<-changed
+}
+
+// BenchmarkDaemonOn finds a daemon's revision on each of 5,000 instances
+// among 30,000 tasks, as a rollout's pass does: from the counts the view
+// keeps, beside looking up the daemon's task (what the pass did before).
+func BenchmarkDaemonOn(b *testing.B) {
+	f := newFleet()
+	const instances = 5000
+	var ids []string
+	for i := range instances {
+		id := fmt.Sprintf("%032x", i)
+		ids = append(ids, id)
+		ci := instanceRecord(id, "ACTIVE", 1024, 2048)
+		f.change("containerinstances/", "containerinstances/c/"+id, mustJSON(b, ci), 1)
+		for k := range 6 {
+			tid := fmt.Sprintf("%032x", i*6+k)
+			group := "service:web"
+			if k == 0 {
+				group = "daemon:agent"
+				p := DaemonPlacement{Daemon: "agent", TaskID: tid, RevisionArn: "r1"}
+				f.change("daemonplacements/", "daemonplacements/c/"+id+"/agent", mustJSON(b, p), 1)
+			}
+			f.change("tasks/", "tasks/c/"+tid, mustJSON(b, map[string]string{"group": group, "capstanInstanceId": id,
+				"lastStatus": "RUNNING", "desiredStatus": "RUNNING"}), 1)
+		}
+	}
+	c := f.clusters["c"]
+	fis := make([]*fleetInstance, len(ids))
+	for i, id := range ids {
+		fis[i] = c.instances[id]
+	}
+	for _, m := range []struct {
+		name string
+		on   func(*fleetInstance, string) (string, bool)
+	}{{"counted", c.daemonOnCounted}, {"task", c.daemonOn}} {
+		b.Run(m.name, func(b *testing.B) {
+			for b.Loop() {
+				n := 0
+				for _, fi := range fis {
+					if _, running := m.on(fi, "agent"); running {
+						n++
+					}
+				}
+				if n != instances {
+					b.Fatalf("%d running, want %d", n, instances)
+				}
+			}
+		})
+	}
 }

@@ -57,7 +57,7 @@ func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment)
 	for i, fi := range in {
 		out[i] = deployments.Instance{ID: fi.id, Arn: fi.arn, CapacityProvider: cps[fi.cp], Status: fi.status,
 			RegisteredAt: fi.registeredAt, Managed: v.f.managed[fi.accessKeyID], Connected: fi.connected}
-		out[i].Revision, out[i].Running = c.daemonOn(fi, dep.Daemon)
+		out[i].Revision, out[i].Running = c.daemonOnCounted(fi, dep.Daemon)
 	}
 	return out, nil
 }
