@@ -502,7 +502,7 @@ func (s *Service) ListContainerInstances(ctx context.Context, req *shapes.ListCo
 	if err != nil {
 		return nil, storeErr(err)
 	}
-	return &shapes.ListContainerInstancesResponse{ContainerInstanceArns: append([]string{}, arns...), NextToken: next}, nil
+	return &shapes.ListContainerInstancesResponse{ContainerInstanceArns: arns, NextToken: next}, nil
 }
 
 func (s *Service) UpdateContainerInstancesState(ctx context.Context, req *shapes.UpdateContainerInstancesStateRequest) (*shapes.UpdateContainerInstancesStateResponse, error) {

@@ -820,7 +820,7 @@ func (s *Service) listTasksByView(ctx context.Context, cluster string, p page, s
 	if err != nil {
 		return nil, storeErr(err)
 	}
-	out.TaskArns, out.NextToken = append(out.TaskArns, arns...), next
+	out.TaskArns, out.NextToken = arns, next
 	return out, nil
 }
 
@@ -837,10 +837,11 @@ const (
 // deciding each in the fleet view (judge, under its read lock, with the
 // key's ID after prefix) and reading only the records the view does not
 // know yet (read: the ARN and whether it matches; a record gone since is
-// left out). It returns the page's ARNs and the next token.
+// left out). It returns the page's ARNs (never nil: an empty page is an
+// empty list) and the next token.
 func (s *Service) pageByView(ctx context.Context, prefix string, p page, scope string,
 	judge func(v fleetView, id string) (string, verdict), read func(key string) (string, bool, error)) ([]string, string, error) {
-	var arns []string
+	arns := []string{}
 	after := p.after
 	for {
 		keys, more, err := store.Keys(ctx, s.st, prefix, after, max(2*(p.limit-len(arns)), 64))
