@@ -17,9 +17,13 @@ echo "== go test -race"
 go test -race -count=1 -timeout 30m ./...
 
 echo "== fuzz (brief)"
-fuzz() { go test -run '^$' -fuzz "^$1\$" -fuzztime "${FUZZTIME:-15s}" "$2"; }
-fuzz FuzzOperations ./internal/control
-fuzz FuzzVerify ./internal/auth
-fuzz FuzzCheckTask ./internal/taskdef
-fuzz FuzzCheckDaemon ./internal/taskdef
+# Budgets are counts of inputs (about 15 s each here), not durations: with a
+# duration, Go 1.26's fuzz coordinator can fail a target that found nothing
+# with "context deadline exceeded" as the time runs out (go.dev/issue/75804,
+# fixed in Go 1.27). FUZZTIME overrides every budget (e.g. 2m, or 10000x).
+fuzz() { go test -run '^$' -fuzz "^$1\$" -fuzztime "${FUZZTIME:-$3}" "$2"; }
+fuzz FuzzOperations ./internal/control 90000x
+fuzz FuzzVerify ./internal/auth 120000x
+fuzz FuzzCheckTask ./internal/taskdef 1000000x
+fuzz FuzzCheckDaemon ./internal/taskdef 1000000x
 echo "== all tests passed"
