@@ -153,7 +153,7 @@ func TestFleetReadsItsWrites(t *testing.T) {
 	if _, err := st.Txn().Create(store.ContainerInstanceKey("c", "i1"), ci).Create(store.SessionKey("c", "i1"), store.Session{}).Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cands, err := s.candidates(ctx, "c", "service:web", nil)
+	cands, err := s.candidates(ctx, "c", "service:web", nil, need{})
 	if err != nil || len(cands) != 1 || cands[0].cpu != 1024 {
 		t.Fatalf("candidates %+v, %v", cands, err)
 	}
@@ -170,7 +170,7 @@ func TestFleetReadsItsWrites(t *testing.T) {
 	if got[0] != want {
 		t.Fatalf("PlanTasks = %+v, want %+v", got[0], want)
 	}
-	cands, err = s.candidates(ctx, "c", "service:web", nil)
+	cands, err = s.candidates(ctx, "c", "service:web", nil, need{})
 	if err != nil || cands[0].groupTasks != 1 || cands[0].tasks != 1 {
 		t.Fatalf("candidates after a placement %+v, %v", cands[0], err)
 	}

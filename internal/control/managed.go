@@ -308,7 +308,28 @@ func (s *Service) PlaceWaitingTasks(ctx context.Context, cluster string, tasks [
 	)
 	sem := make(chan struct{}, 64)
 	for _, k := range order {
-		cands, err := s.candidates(ctx, cluster, k.group, nil)
+		group := byGroup[k]
+		needs := make([]need, len(group))
+		var least need
+		for i, t := range group {
+			td, ok := defs[t.TaskDefinitionArn]
+			if !ok {
+				if td, err = s.taskDefinition(ctx, "taskDefinition", t.TaskDefinitionArn); err != nil {
+					return nil, false, err
+				}
+				defs[t.TaskDefinitionArn] = td
+			}
+			if needs[i], err = taskNeed(td.Value.TaskDefinition, t.Overrides); err != nil {
+				return nil, false, err
+			}
+			if i == 0 {
+				least = need{cpu: needs[i].cpu, mem: needs[i].mem}
+			}
+			least.cpu, least.mem = min(least.cpu, needs[i].cpu), min(least.mem, needs[i].mem)
+		}
+		// Instances without room for the smallest of them are left out:
+		// in a full fleet they are nearly all.
+		cands, err := s.candidates(ctx, cluster, k.group, nil, least)
 		if err != nil {
 			return nil, false, err
 		}
@@ -319,18 +340,8 @@ func (s *Service) PlaceWaitingTasks(ctx context.Context, cluster string, tasks [
 		}
 		picks := map[*candidate][]waitingPick{}
 		var picked []*candidate
-		for _, t := range byGroup[k] {
-			td, ok := defs[t.TaskDefinitionArn]
-			if !ok {
-				if td, err = s.taskDefinition(ctx, "taskDefinition", t.TaskDefinitionArn); err != nil {
-					return nil, false, err
-				}
-				defs[t.TaskDefinitionArn] = td
-			}
-			n, err := taskNeed(td.Value.TaskDefinition, t.Overrides)
-			if err != nil {
-				return nil, false, err
-			}
+		for i, t := range group {
+			td, n := defs[t.TaskDefinitionArn], needs[i]
 			c, _ := place(cands, n, rules, rnd)
 			if c == nil {
 				continue

@@ -45,6 +45,18 @@ type placementRules struct {
 	memberOf         []instanceFilter
 }
 
+// narrowsByRoom reports whether placing under these rules may leave out
+// instances without room for the task: only a spread over an attribute
+// reads them, counting every instance's tasks of the group.
+func (r placementRules) narrowsByRoom() bool {
+	for _, st := range r.strategy {
+		if st.Type == "spread" && strings.HasPrefix(st.Field, "attribute:") {
+			return false
+		}
+	}
+	return true
+}
+
 func parsePlacement(strategies []shapes.PlacementStrategy, constraints []shapes.PlacementConstraint) (placementRules, error) {
 	var r placementRules
 	if len(strategies) > 5 {

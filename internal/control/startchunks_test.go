@@ -214,3 +214,71 @@ func TestDescribeContainerInstancesCountsTasks(t *testing.T) {
 		t.Fatalf("described %v", got)
 	}
 }
+
+// Placement leaves out instances without room for the task, and still
+// says why a task fits nowhere as a walk over every instance would: the
+// largest free memory of all of them, not of those with room.
+func TestPlacementLeavesOutFullInstances(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	s, req := startFixture(t, st, 0, 64, 3)
+	id := func(i int) string { return fmt.Sprintf("%032d", i) }
+	tx := st.Txn()
+	for i := range 10 {
+		mem := 10 // full
+		if i%3 == 0 {
+			mem = 100 // room for one task
+		}
+		ci := instanceRecord(id(i), "ACTIVE", 100000, mem)
+		ci.ContainerInstanceArn, ci.Version = s.arns.containerInstance("c", id(i)), ptr(int64(1))
+		tx.Create(store.ContainerInstanceKey("c", id(i)), ci).Create(store.SessionKey("c", id(i)), store.Session{})
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	roomy := []string{id(0), id(3), id(6), id(9)}
+	ids := func(cs []*candidate) (out []string) {
+		for _, c := range cs {
+			out = append(out, c.id)
+		}
+		slices.Sort(out)
+		return out
+	}
+	fit, err := s.candidates(ctx, "c", req.group, nil, need{mem: 64})
+	if err != nil || !slices.Equal(ids(fit), roomy) {
+		t.Fatalf("candidates with room %v, %v", ids(fit), err)
+	}
+	all, err := s.candidates(ctx, "c", req.group, nil, need{})
+	short, serr := s.shortOfRoom(ctx, "c", req.group, need{mem: 64})
+	if err != nil || serr != nil || len(all) != 10 || len(short) != 6 || len(fit)+len(short) != len(all) {
+		t.Fatalf("%d candidates, %d short of room, %v %v", len(all), len(short), err, serr)
+	}
+
+	req.count = 4
+	tasks, failures, err := s.startTasks(ctx, req)
+	if err != nil || len(tasks) != 4 || len(failures) != 0 {
+		t.Fatalf("started %d, failures %v, err %v", len(tasks), failures, err)
+	}
+	for _, tk := range tasks {
+		if !slices.Contains(roomy, lastPart(tk.ContainerInstanceArn)) {
+			t.Errorf("task placed on %s, which had no room", tk.ContainerInstanceArn)
+		}
+	}
+	// Now every instance is full: the reason counts them all.
+	req.count = 1
+	tasks, failures, err = s.startTasks(ctx, req)
+	if err != nil || len(tasks) != 0 || len(failures) != 1 {
+		t.Fatalf("started %d, failures %v, err %v", len(tasks), failures, err)
+	}
+	if want := "RESOURCE:MEMORY (needs 64 MiB, largest free is 36 MiB)"; failures[0].Reason != want {
+		t.Fatalf("reason %q, want %q", failures[0].Reason, want)
+	}
+	// A spread over an attribute counts every instance's tasks: nothing is
+	// left out.
+	if r, _ := parsePlacement([]shapes.PlacementStrategy{{Type: "spread", Field: "attribute:zone"}}, nil); r.narrowsByRoom() {
+		t.Fatal("a spread over an attribute narrows by room")
+	}
+	if !req.rules.narrowsByRoom() {
+		t.Fatal("a spread over instances does not narrow by room")
+	}
+}

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -280,9 +281,27 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 		if group == "" {
 			group = "family:" + def.Family
 		}
-		cands, err := s.candidates(ctx, cluster, group, r.instances)
+		var room need
+		if r.instances == nil && r.rules.narrowsByRoom() {
+			room = need{cpu: n.cpu, mem: n.mem}
+		}
+		cands, err := s.candidates(ctx, cluster, group, r.instances, room)
 		if err != nil {
 			return err
+		}
+		// Why a task fits nowhere also counts the instances left out for
+		// room; read only then.
+		var short []*candidate
+		whyNot := func(pool []*candidate, rnd *rand.Rand) string {
+			if short == nil {
+				var err error
+				if short, err = s.shortOfRoom(ctx, cluster, group, room); err != nil {
+					return err.Error()
+				}
+				short = slices.Clip(short)
+			}
+			_, why := place(append(slices.Clip(pool), short...), n, r.rules, rnd)
+			return why
 		}
 		if r.capacityProvider != "" {
 			cp, err := s.clusterCapacityProvider(ctx, "capacityProviderStrategy[0].capacityProvider", r.capacityProvider, cluster)
@@ -294,7 +313,9 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 			}
 			cands = slices.DeleteFunc(cands, func(c *candidate) bool { return c.cp != r.capacityProvider })
 		} else if len(cands) == 0 {
-			return errNoInstances
+			if short, err := s.shortOfRoom(ctx, cluster, group, room); err != nil || len(short) == 0 {
+				return cmp.Or(err, error(errNoInstances))
+			}
 		}
 		// instances are the records of instances placed on, read as the
 		// placement view saw them (or as this call last wrote them).
@@ -409,11 +430,12 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 				why := "no instance of the capacity provider yet"
 				switch {
 				case len(pool) > 0 && picker != nil:
-					if c = picker.next(); c == nil && r.capacityProvider == "" {
-						_, why = place(pool, n, r.rules, rnd) // only to say why
-					}
+					c = picker.next()
 				case len(pool) > 0:
 					c, why = place(pool, n, r.rules, rnd)
+				}
+				if c == nil && r.capacityProvider == "" && r.instances == nil {
+					why = whyNot(pool, rnd)
 				}
 				if c == nil && r.capacityProvider != "" {
 					// Waits for capacity: the instances controller provisions it.
@@ -425,10 +447,11 @@ func (s *Service) startTasks(ctx context.Context, r taskRequest) ([]shapes.Task,
 					continue
 				}
 				if c == nil {
-					failures = append(failures, shapes.Failure{Arn: s.arns.containerInstance(cluster, pool[0].id), Reason: why})
-					if r.instances == nil {
-						failures[len(failures)-1].Arn = ""
+					f := shapes.Failure{Reason: why}
+					if r.instances != nil {
+						f.Arn = s.arns.containerInstance(cluster, pool[0].id)
 					}
+					failures = append(failures, f)
 					continue
 				}
 				ci, err := instanceOf(c)
@@ -488,8 +511,24 @@ func (s *Service) chunkSize() int { return max(startChunk, (s.st.MaxTxnOps()-8)/
 
 // candidates are the instances that can take new tasks: ACTIVE, with a
 // connected agent (or exactly the named ones for StartTask), from the
-// fleet view.
-func (s *Service) candidates(ctx context.Context, cluster, group string, named []string) ([]*candidate, error) {
+// fleet view. Unnamed instances with less free CPU or memory than room
+// are left out: no task of the call fits there, and in a full fleet
+// counting each one's group tasks was most of a placement (a rollout's
+// waiting tasks meet thousands of full instances and a few new ones).
+func (s *Service) candidates(ctx context.Context, cluster, group string, named []string, room need) ([]*candidate, error) {
+	return s.instancesByRoom(ctx, cluster, group, named, room, true)
+}
+
+// shortOfRoom are the instances candidates leaves out for room, for the
+// reasons a task did not fit.
+func (s *Service) shortOfRoom(ctx context.Context, cluster, group string, room need) ([]*candidate, error) {
+	if room.cpu <= 0 && room.mem <= 0 {
+		return nil, nil
+	}
+	return s.instancesByRoom(ctx, cluster, group, nil, room, false)
+}
+
+func (s *Service) instancesByRoom(ctx context.Context, cluster, group string, named []string, room need, fitting bool) ([]*candidate, error) {
 	ids := make([]string, len(named))
 	for i, ref := range named {
 		id, err := s.instanceID(fieldIndex("containerInstances", i), cluster, ref)
@@ -525,7 +564,7 @@ func (s *Service) candidates(ctx context.Context, cluster, group string, named [
 		return cands, nil
 	}
 	for _, fi := range c.instances {
-		if fi.rec && fi.status == "ACTIVE" && fi.connected {
+		if fi.rec && fi.status == "ACTIVE" && fi.connected && (fi.cpu >= room.cpu && fi.mem >= room.mem) == fitting {
 			cands = append(cands, cand(fi))
 		}
 	}
