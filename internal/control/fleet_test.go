@@ -225,6 +225,17 @@ func TestFleetDaemonCountsFollowChanges(t *testing.T) {
 		if c == nil {
 			return
 		}
+		for id, fi := range c.instances {
+			busy := 0
+			for tid := range fi.desired {
+				if tk := c.tasks[tid]; tk != nil && tk.last != "STOPPED" && !IsDaemonGroup(tk.group) {
+					busy++
+				}
+			}
+			if fi.busy != busy {
+				t.Fatalf("step %d (%s), %s: busy counted %d, walked %d", step, what, id, fi.busy, busy)
+			}
+		}
 		for _, d := range daemons {
 			for id, fi := range c.instances {
 				if fi.rec && fi.status != "INACTIVE" && fi.cp != "" {
@@ -244,9 +255,22 @@ func TestFleetDaemonCountsFollowChanges(t *testing.T) {
 			}
 		}
 	}
+	taskJSON := map[string][]byte{}  // what each task's record holds now
+	desired := map[string]struct{}{} // manifest keys there now
 	for step := range 3000 {
 		var what string
-		switch rnd.IntN(7) {
+		switch rnd.IntN(9) {
+		case 7, 8:
+			id, tid := pick(insts...), pick(taskIDs...)
+			key := "desired/c/" + id + "/" + tid
+			what = key
+			if rnd.IntN(3) == 0 {
+				f.change("desired/", key, nil, 0)
+				delete(desired, key)
+				break
+			}
+			f.change("desired/", key, []byte(`{}`), int64(step))
+			desired[key] = struct{}{}
 		case 0, 1:
 			id := pick(insts...)
 			what = "instance " + id
@@ -271,11 +295,14 @@ func TestFleetDaemonCountsFollowChanges(t *testing.T) {
 			what = "task " + id
 			if rnd.IntN(8) == 0 {
 				f.change("tasks/", "tasks/c/"+id, nil, 0)
+				delete(taskJSON, id)
 				break
 			}
-			f.change("tasks/", "tasks/c/"+id, mustJSON(t, map[string]string{"group": "daemon:" + pick(daemons...),
+			b := mustJSON(t, map[string]string{"group": pick("daemon:agent", "daemon:logs", "service:web"),
 				"capstanInstanceId": pick(append(insts, "")...), "lastStatus": pick("PENDING", "RUNNING", "RUNNING", "STOPPED"),
-				"desiredStatus": pick("RUNNING", "RUNNING", "STOPPED")}), int64(step))
+				"desiredStatus": pick("RUNNING", "RUNNING", "STOPPED")})
+			f.change("tasks/", "tasks/c/"+id, b, int64(step))
+			taskJSON[id] = b
 		}
 		check(step, what)
 		if step == 1500 {
@@ -294,6 +321,22 @@ func TestFleetDaemonCountsFollowChanges(t *testing.T) {
 				f.change("daemonplacements/", "daemonplacements/c/"+at[i]+"/"+p.Daemon, mustJSON(t, p), int64(step))
 			}
 			check(step, "replayed")
+		}
+		if step == 2000 || step == 2500 {
+			// The manifests, then the tasks, reloaded.
+			kind := map[int]string{2000: "desired/", 2500: "tasks/"}[step]
+			fleetIndex{f: f, kind: kind}.Reset()
+			check(step, "reset "+kind)
+			if kind == "desired/" {
+				for key := range desired {
+					f.change(kind, key, []byte(`{}`), int64(step))
+				}
+			} else {
+				for id, b := range taskJSON {
+					f.change(kind, "tasks/c/"+id, b, int64(step))
+				}
+			}
+			check(step, "replayed "+kind)
 		}
 	}
 }

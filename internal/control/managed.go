@@ -48,11 +48,17 @@ type ManagedInstance struct {
 
 // ManagedInstances lists the provisioned instances of a capacity provider.
 func (s *Service) ManagedInstances(ctx context.Context, cluster, cp string) ([]store.Item[ManagedInstance], error) {
-	items, _, err := store.List[ManagedInstance](ctx, s.st, ManagedInstancePrefix(cluster), "", 0)
+	items, err := s.managedMemo.List(ctx, s.st, ManagedInstancePrefix(cluster))
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(items, func(it store.Item[ManagedInstance]) bool { return it.Value.CapacityProvider != cp }), nil
+	out := make([]store.Item[ManagedInstance], 0, len(items))
+	for _, it := range items {
+		if it.Value.CapacityProvider == cp {
+			out = append(out, *it)
+		}
+	}
+	return out, nil
 }
 
 // NewManagedInstance records a launch decision with its agent credential,
@@ -157,13 +163,7 @@ func (s *Service) Registrations(ctx context.Context, ms []ManagedInstance) (map[
 			continue
 		}
 		b := InstanceBrief{Cluster: m.Cluster, ID: id, Arn: fi.arn, Status: fi.status, RegisteredAt: fi.registeredAt,
-			CPU: fi.cpu, Memory: fi.mem, Connected: fi.connected}
-		for tid := range fi.desired {
-			if t := c.tasks[tid]; t != nil && t.last != "STOPPED" && !IsDaemonGroup(t.group) {
-				b.Busy = true
-				break
-			}
-		}
+			CPU: fi.cpu, Memory: fi.mem, Connected: fi.connected, Busy: fi.busy > 0}
 		out[m.ID] = b
 	}
 	return out, nil
@@ -179,9 +179,9 @@ func (s *Service) CapacityProvider(ctx context.Context, name string) (store.Capa
 func (s *Service) Endpoint() string { return s.endpoint }
 
 // Waiting lists the tasks of a capacity provider that wait for an instance,
-// oldest first. The tasks are kept for the next call: callers must not
-// change them (their slices and pointers are shared).
-func (s *Service) Waiting(ctx context.Context, cluster, cp string) ([]store.Task, error) {
+// oldest first. The tasks are shared with the next call: callers must not
+// change them.
+func (s *Service) Waiting(ctx context.Context, cluster, cp string) ([]*store.Task, error) {
 	// Called on every task change: the fleet view names the few tasks
 	// without an instance, so only those are read.
 	ids, err := s.waitingIDs(ctx, cluster)
@@ -189,18 +189,22 @@ func (s *Service) Waiting(ctx context.Context, cluster, cp string) ([]store.Task
 		return nil, err
 	}
 	// The same tasks wait pass after pass (thousands, while a rollout's
-	// instances come up): one decoded at a revision is not decoded again.
+	// instances come up): one decoded at a revision is not decoded again,
+	// nor copied (a task is a kilobyte; copies of them were a twentieth of
+	// what a replacement rollout allocated).
 	s.waitingMemoMu.Lock()
 	was := s.waitingMemo[cluster]
 	s.waitingMemoMu.Unlock()
-	memo := make(map[string]store.Item[store.Task], len(ids))
-	var out []store.Task
+	memo := make(map[string]waitingTask, len(ids))
+	var out []*store.Task
 	for _, id := range ids {
 		key := store.TaskKey(cluster, id)
-		it, ok := was[key]
+		w, ok := was[id]
 		rev, err := store.Rev(ctx, s.st, key)
-		if err == nil && (!ok || it.Rev != rev) {
+		if err == nil && (!ok || w.rev != rev) {
+			var it store.Item[store.Task]
 			it, err = store.Get[store.Task](ctx, s.st, key)
+			w = waitingTask{rev: it.Rev, task: &it.Value}
 		}
 		if errors.Is(err, store.ErrNotFound) {
 			continue
@@ -208,19 +212,25 @@ func (s *Service) Waiting(ctx context.Context, cluster, cp string) ([]store.Task
 		if err != nil {
 			return nil, err
 		}
-		memo[key] = it
-		if t := it.Value; t.InstanceID == "" && t.CapacityProviderName == cp && t.DesiredStatus == "RUNNING" && t.LastStatus != "STOPPED" {
+		memo[id] = w
+		if t := w.task; t.InstanceID == "" && t.CapacityProviderName == cp && t.DesiredStatus == "RUNNING" && t.LastStatus != "STOPPED" {
 			out = append(out, t)
 		}
 	}
 	s.waitingMemoMu.Lock()
 	if s.waitingMemo == nil {
-		s.waitingMemo = map[string]map[string]store.Item[store.Task]{}
+		s.waitingMemo = map[string]map[string]waitingTask{}
 	}
 	s.waitingMemo[cluster] = memo
 	s.waitingMemoMu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt.Time) })
 	return out, nil
+}
+
+// waitingTask is a waiting task as Waiting decoded it, at revision rev.
+type waitingTask struct {
+	rev  int64
+	task *store.Task
 }
 
 // Sizer sizes tasks, reading each task definition once: a pass sizes
@@ -236,7 +246,7 @@ type Sizer struct {
 func (s *Service) Sizer() *Sizer { return &Sizer{s: s, defs: map[string]shapes.TaskDefinition{}} }
 
 // Need is the CPU and memory a task reserves.
-func (z *Sizer) Need(ctx context.Context, t store.Task) (cpu, mem int, err error) {
+func (z *Sizer) Need(ctx context.Context, t *store.Task) (cpu, mem int, err error) {
 	def, ok := z.defs[t.TaskDefinitionArn]
 	if !ok {
 		td, err := z.s.taskDefinition(ctx, "taskDefinition", t.TaskDefinitionArn)
@@ -284,10 +294,10 @@ func (s *Service) DaemonsNeed(ctx context.Context, cluster, cp string) (cpu, mem
 // waiting for thousands of new instances). fits names the tasks an
 // instance had room for; retry is true when some of their writes found the
 // instance or the task changed, and they wait for the next pass.
-func (s *Service) PlaceWaitingTasks(ctx context.Context, cluster string, tasks []store.Task) (fits map[string]bool, retry bool, err error) {
+func (s *Service) PlaceWaitingTasks(ctx context.Context, cluster string, tasks []*store.Task) (fits map[string]bool, retry bool, err error) {
 	fits = map[string]bool{}
 	type groupKey struct{ group, cp string }
-	byGroup := map[groupKey][]store.Task{}
+	byGroup := map[groupKey][]*store.Task{}
 	var order []groupKey
 	for _, t := range tasks {
 		if t.InstanceID != "" || t.DesiredStatus != "RUNNING" {
@@ -300,7 +310,7 @@ func (s *Service) PlaceWaitingTasks(ctx context.Context, cluster string, tasks [
 		byGroup[k] = append(byGroup[k], t)
 	}
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	defs := map[string]store.Item[store.TaskDefinition]{}
+	defs := map[string]*shapes.TaskDefinition{}
 	var (
 		mu     sync.Mutex
 		failed bool
@@ -312,14 +322,16 @@ func (s *Service) PlaceWaitingTasks(ctx context.Context, cluster string, tasks [
 		needs := make([]need, len(group))
 		var least need
 		for i, t := range group {
-			td, ok := defs[t.TaskDefinitionArn]
+			def, ok := defs[t.TaskDefinitionArn]
 			if !ok {
-				if td, err = s.taskDefinition(ctx, "taskDefinition", t.TaskDefinitionArn); err != nil {
+				td, err := s.taskDefinition(ctx, "taskDefinition", t.TaskDefinitionArn)
+				if err != nil {
 					return nil, false, err
 				}
-				defs[t.TaskDefinitionArn] = td
+				def = &td.Value.TaskDefinition
+				defs[t.TaskDefinitionArn] = def
 			}
-			if needs[i], err = taskNeed(td.Value.TaskDefinition, t.Overrides); err != nil {
+			if needs[i], err = taskNeed(*def, t.Overrides); err != nil {
 				return nil, false, err
 			}
 			if i == 0 {
@@ -341,7 +353,7 @@ func (s *Service) PlaceWaitingTasks(ctx context.Context, cluster string, tasks [
 		picks := map[*candidate][]waitingPick{}
 		var picked []*candidate
 		for i, t := range group {
-			td, n := defs[t.TaskDefinitionArn], needs[i]
+			def, n := defs[t.TaskDefinitionArn], needs[i]
 			c, _ := place(cands, n, rules, rnd)
 			if c == nil {
 				continue
@@ -355,7 +367,7 @@ func (s *Service) PlaceWaitingTasks(ctx context.Context, cluster string, tasks [
 			if len(picks[c]) == 0 {
 				picked = append(picked, c)
 			}
-			picks[c] = append(picks[c], waitingPick{id: t.ID, n: n, def: td.Value.TaskDefinition})
+			picks[c] = append(picks[c], waitingPick{id: t.ID, n: n, def: def})
 			fits[t.ID] = true
 		}
 		for _, c := range picked {
@@ -378,7 +390,7 @@ func (s *Service) PlaceWaitingTasks(ctx context.Context, cluster string, tasks [
 type waitingPick struct {
 	id  string
 	n   need
-	def shapes.TaskDefinition
+	def *shapes.TaskDefinition // shared by the picks of a definition
 }
 
 // placeWaitingOn writes the tasks picked for candidate c in one
@@ -417,7 +429,7 @@ func (s *Service) placeWaitingOn(ctx context.Context, cluster string, c *candida
 		cur.Reserved = &store.Reservation{CPU: p.n.cpu, Memory: p.n.mem, Ports: p.n.ports}
 		*cur.Version++
 		desired := protocol.Task{Arn: cur.TaskArn, ClusterArn: cur.ClusterArn, ContainerInstanceArn: ci.ContainerInstanceArn, Kind: cur.Kind,
-			Group: cur.Group, StartedBy: cur.StartedBy, DesiredStatus: "RUNNING", Definition: p.def, Overrides: cur.Overrides,
+			Group: cur.Group, StartedBy: cur.StartedBy, DesiredStatus: "RUNNING", Definition: *p.def, Overrides: cur.Overrides,
 			Tags: cur.Tags, CreatedAt: cur.CreatedAt.Time, Version: *cur.Version}
 		tx.Update(it.Key, it.Rev, cur).Create(store.DesiredKey(cluster, ci.ID, cur.ID), desired)
 		n++

@@ -16,16 +16,16 @@ import (
 
 // waitingTasks records n tasks of req's task definition and group that
 // wait for an instance of capacity provider "cp".
-func waitingTasks(t *testing.T, s *Service, st *store.Store, req taskRequest, from, n int) []store.Task {
+func waitingTasks(t *testing.T, s *Service, st *store.Store, req taskRequest, from, n int) []*store.Task {
 	t.Helper()
-	var out []store.Task
+	var out []*store.Task
 	tx := st.Txn()
 	for i := from; i < from+n; i++ {
 		tk := store.Task{ID: fmt.Sprintf("w%03d", i), Cluster: "c"}
 		tk.TaskArn, tk.TaskDefinitionArn, tk.Group = s.arns.task("c", tk.ID), req.taskDefinition, req.group
 		tk.CapacityProviderName, tk.DesiredStatus, tk.LastStatus, tk.Version = "cp", "RUNNING", "PROVISIONING", ptr(int64(1))
 		tx.Create(store.TaskKey("c", tk.ID), tk)
-		out = append(out, tk)
+		out = append(out, &tk)
 	}
 	if _, err := tx.Commit(context.Background()); err != nil {
 		t.Fatal(err)
@@ -127,16 +127,16 @@ func TestPlaceWaitingTasksInBulk(t *testing.T) {
 }
 
 // slicesWaiting rereads tasks, keeping those still waiting.
-func slicesWaiting(t *testing.T, st *store.Store, tasks []store.Task) []store.Task {
+func slicesWaiting(t *testing.T, st *store.Store, tasks []*store.Task) []*store.Task {
 	t.Helper()
-	var out []store.Task
+	var out []*store.Task
 	for _, tk := range tasks {
 		it, err := store.Get[store.Task](context.Background(), st, store.TaskKey("c", tk.ID))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if it.Value.InstanceID == "" {
-			out = append(out, it.Value)
+			out = append(out, &it.Value)
 		}
 	}
 	return out
@@ -442,7 +442,7 @@ func TestWaitingRereadsChangedTasks(t *testing.T) {
 	st := openStore(t)
 	s, req := startFixture(t, st, 0, 300, 0)
 	waitingTasks(t, s, st, req, 0, 3)
-	waitFor := func(what string, ok func([]store.Task) bool) []store.Task {
+	waitFor := func(what string, ok func([]*store.Task) bool) []*store.Task {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -459,7 +459,7 @@ func TestWaitingRereadsChangedTasks(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	waitFor("three waiting", func(ws []store.Task) bool { return len(ws) == 3 })
+	waitFor("three waiting", func(ws []*store.Task) bool { return len(ws) == 3 })
 	for id, change := range map[string]func(*store.Task){
 		"w001": func(tk *store.Task) { tk.StartedBy = "changed" },
 		"w002": func(tk *store.Task) { tk.InstanceID = "i000" },
@@ -473,7 +473,7 @@ func TestWaitingRereadsChangedTasks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ws := waitFor("w002 placed", func(ws []store.Task) bool { return len(ws) == 2 })
+	ws := waitFor("w002 placed", func(ws []*store.Task) bool { return len(ws) == 2 })
 	for _, tk := range ws {
 		if tk.ID == "w001" && tk.StartedBy != "changed" {
 			t.Fatalf("w001 as it was before its rewrite: %+v", tk)
@@ -483,7 +483,7 @@ func TestWaitingRereadsChangedTasks(t *testing.T) {
 		}
 	}
 	s.waitingMemoMu.Lock()
-	_, kept := s.waitingMemo["c"][store.TaskKey("c", "w002")]
+	_, kept := s.waitingMemo["c"]["w002"]
 	s.waitingMemoMu.Unlock()
 	if kept {
 		t.Fatal("a placed task stays in the memo")

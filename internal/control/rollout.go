@@ -65,7 +65,7 @@ func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment)
 func (f rolloutFleet) ReplacementStates(ctx context.Context, cluster string, ids []string) (map[string]string, error) {
 	var ms []ManagedInstance
 	for _, id := range ids {
-		m, err := store.Get[ManagedInstance](ctx, f.s.st, ManagedInstanceKey(cluster, id))
+		m, err := f.s.managedMemo.Get(ctx, f.s.st, ManagedInstanceKey(cluster, id))
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}

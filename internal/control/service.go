@@ -58,9 +58,12 @@ type Service struct {
 	// daemons controller asks on every pass over every instance.
 	healthChecks sync.Map
 	// waitingMemo keeps the waiting tasks Waiting decoded, by cluster and
-	// then task key, to decode again only those that changed.
-	waitingMemo   map[string]map[string]store.Item[store.Task]
+	// then task ID, to decode again only those that changed.
+	waitingMemo   map[string]map[string]waitingTask
 	waitingMemoMu sync.Mutex
+	// managedMemo keeps the managed instance records decoded: the
+	// instances and deployments controllers read thousands per pass.
+	managedMemo store.Memo[ManagedInstance]
 
 	alarmSource      bool
 	progressDeadline time.Duration
