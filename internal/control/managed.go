@@ -47,18 +47,13 @@ type ManagedInstance struct {
 }
 
 // ManagedInstances lists the provisioned instances of a capacity provider.
-func (s *Service) ManagedInstances(ctx context.Context, cluster, cp string) ([]store.Item[ManagedInstance], error) {
+// The records are shared with later calls: callers must not change them.
+func (s *Service) ManagedInstances(ctx context.Context, cluster, cp string) ([]*store.Item[ManagedInstance], error) {
 	items, err := s.managedMemo.List(ctx, s.st, ManagedInstancePrefix(cluster))
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.Item[ManagedInstance], 0, len(items))
-	for _, it := range items {
-		if it.Value.CapacityProvider == cp {
-			out = append(out, *it)
-		}
-	}
-	return out, nil
+	return slices.DeleteFunc(items, func(it *store.Item[ManagedInstance]) bool { return it.Value.CapacityProvider != cp }), nil
 }
 
 // NewManagedInstance records a launch decision with its agent credential,
@@ -136,35 +131,39 @@ type InstanceBrief struct {
 // its credential and container instance records each time was a
 // twentieth of a replacement rollout's work at 5,000 instances.
 func (s *Service) RegisteredAs(ctx context.Context, m ManagedInstance) (InstanceBrief, bool, error) {
-	regs, err := s.Registrations(ctx, []ManagedInstance{m})
-	b, ok := regs[m.ID]
-	return b, ok, err
+	regs, err := s.Registrations(ctx, []*ManagedInstance{&m})
+	if err != nil {
+		return InstanceBrief{}, false, err
+	}
+	return regs[0], regs[0].ID != "", nil
 }
 
 // Registrations is RegisteredAs for many managed instances in one read of
-// the fleet view, by managed instance ID (absent: not registered). Each
-// read of the view waits behind the cache's next change; a pass over
-// thousands of instances read one by one waited seconds.
-func (s *Service) Registrations(ctx context.Context, ms []ManagedInstance) (map[string]InstanceBrief, error) {
+// the fleet view: what each of ms registered as, in order (ID "": not
+// registered). Each read of the view waits behind the cache's next change;
+// a pass over thousands of instances read one by one waited seconds.
+func (s *Service) Registrations(ctx context.Context, ms []*ManagedInstance) ([]InstanceBrief, error) {
 	v, err := s.fleetView(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer v.done()
-	out := make(map[string]InstanceBrief, len(ms))
-	for _, m := range ms {
+	out := make([]InstanceBrief, len(ms))
+	var c *fleetCluster
+	for i, m := range ms {
 		id, ok := v.f.registeredAs[m.AccessKeyID]
 		if !ok {
 			continue
 		}
-		c := v.cluster(m.Cluster)
+		if c == nil || i > 0 && m.Cluster != ms[i-1].Cluster {
+			c = v.cluster(m.Cluster)
+		}
 		fi := c.instances[id]
 		if fi == nil || !fi.rec {
 			continue
 		}
-		b := InstanceBrief{Cluster: m.Cluster, ID: id, Arn: fi.arn, Status: fi.status, RegisteredAt: fi.registeredAt,
+		out[i] = InstanceBrief{Cluster: m.Cluster, ID: id, Arn: fi.arn, Status: fi.status, RegisteredAt: fi.registeredAt,
 			CPU: fi.cpu, Memory: fi.mem, Connected: fi.connected, Busy: fi.busy > 0}
-		out[m.ID] = b
 	}
 	return out, nil
 }

@@ -63,7 +63,7 @@ func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment)
 }
 
 func (f rolloutFleet) ReplacementStates(ctx context.Context, cluster string, ids []string) (map[string]string, error) {
-	var ms []ManagedInstance
+	var ms []*ManagedInstance
 	for _, id := range ids {
 		m, err := f.s.managedMemo.Get(ctx, f.s.st, ManagedInstanceKey(cluster, id))
 		if errors.Is(err, store.ErrNotFound) {
@@ -73,7 +73,7 @@ func (f rolloutFleet) ReplacementStates(ctx context.Context, cluster string, ids
 			return nil, err
 		}
 		if !m.Value.Terminating {
-			ms = append(ms, m.Value)
+			ms = append(ms, &m.Value)
 		}
 	}
 	regs, err := f.s.Registrations(ctx, ms)
@@ -81,9 +81,9 @@ func (f rolloutFleet) ReplacementStates(ctx context.Context, cluster string, ids
 		return nil, err
 	}
 	out := make(map[string]string, len(ms))
-	for _, m := range ms {
-		switch ci, registered := regs[m.ID]; {
-		case !registered:
+	for i, m := range ms {
+		switch ci := regs[i]; {
+		case ci.ID == "":
 			out[m.ID] = deployments.ReplacementLaunching
 		case ci.Status != "INACTIVE":
 			out[m.ID] = ci.Status

@@ -252,20 +252,23 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 	progress := before - len(ro.Replacing)
 	ro.Replaced += progress
 	readyN, remaining := 0, len(ro.Replacing)
-	var candidates []Instance
-	inBatch := map[string]bool{}
+	// Pointers into w.Instances: copies of thousands of instances on every
+	// pass were most of what a pass allocated.
+	var candidates []*Instance
+	inBatch := make(map[string]bool, len(ro.Replacing))
 	for _, e := range ro.Replacing {
 		inBatch[e.Instance] = true
 	}
 	drainingOther := 0
-	for _, in := range w.Instances {
+	for i := range w.Instances {
+		in := &w.Instances[i]
 		if leaving(in.Status) {
 			if !inBatch[in.ID] {
 				drainingOther++
 			}
 			continue
 		}
-		if ready(in) {
+		if ready(*in) {
 			readyN++
 			continue
 		}
@@ -275,7 +278,7 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 			// gets the daemon's current revision (a replacement of this
 			// very rollout, most often): waited for, not retired.
 			coming := in.Managed && in.Status == "REGISTERING" && in.Revision == ""
-			if !onTarget(in) && !coming {
+			if !onTarget(*in) && !coming {
 				candidates = append(candidates, in)
 			}
 		}
@@ -402,7 +405,7 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 			if len(d.Start) == budget || (!retire && room <= 0) {
 				continue
 			}
-			st := Start{Instance: in, InPlace: !in.Managed, Retire: retire, Target: target}
+			st := Start{Instance: *in, InPlace: !in.Managed, Retire: retire, Target: target}
 			if ops+startOps(st) > maxOps {
 				break // the rest go in the next write
 			}

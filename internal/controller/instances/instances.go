@@ -284,16 +284,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 			next = time.Second
 		}
 	}()
-	ms := make([]control.ManagedInstance, len(managed))
+	ms := make([]*control.ManagedInstance, len(managed))
 	for i, m := range managed {
-		ms[i] = m.Value
+		ms[i] = &m.Value
 	}
 	regs, err := r.Svc.Registrations(rctx, ms)
 	if err != nil {
 		return 0, err
 	}
-	for _, m := range managed {
-		ci, registered := regs[m.Value.ID]
+	for i, shared := range managed {
+		m := *shared
+		ci := regs[i]
+		registered := ci.ID != ""
 		if a, ok := inflight[m.Value.ID]; ok {
 			if a.launch {
 				starting(m.Value, ci, registered)
