@@ -118,7 +118,10 @@ func (s *Service) InstanceStatus(ctx context.Context, cluster, id string) (statu
 // InstanceBrief is what the fleet view holds of a container instance.
 type InstanceBrief struct {
 	Cluster, ID, Arn, Status string
-	RegisteredAt             time.Time
+	CapacityProvider         string // name
+	// Managed: Capstan provisioned it.
+	Managed      bool
+	RegisteredAt time.Time
 	// CPU and Memory are the units and MiB left.
 	CPU, Memory int
 	Connected   bool
@@ -162,10 +165,31 @@ func (s *Service) Registrations(ctx context.Context, ms []*ManagedInstance) ([]I
 		if fi == nil || !fi.rec {
 			continue
 		}
-		out[i] = InstanceBrief{Cluster: m.Cluster, ID: id, Arn: fi.arn, Status: fi.status, RegisteredAt: fi.registeredAt,
-			CPU: fi.cpu, Memory: fi.mem, Connected: fi.connected, Busy: fi.busy > 0}
+		// registeredAs holds managed credentials only.
+		out[i] = fi.brief(m.Cluster, true)
 	}
 	return out, nil
+}
+
+// InstanceSummary is what the fleet view holds of a container instance
+// record (found false: none).
+func (s *Service) InstanceSummary(ctx context.Context, cluster, id string) (b InstanceBrief, found bool, err error) {
+	v, err := s.fleetView(ctx)
+	if err != nil {
+		return InstanceBrief{}, false, err
+	}
+	defer v.done()
+	fi := v.cluster(cluster).instances[id]
+	if fi == nil || !fi.rec {
+		return InstanceBrief{}, false, nil
+	}
+	return fi.brief(cluster, v.f.managed[fi.accessKeyID]), true, nil
+}
+
+// brief summarizes fi; the fleet's lock is held.
+func (fi *fleetInstance) brief(cluster string, managed bool) InstanceBrief {
+	return InstanceBrief{Cluster: cluster, ID: fi.id, Arn: fi.arn, Status: fi.status, CapacityProvider: fi.cp, Managed: managed,
+		RegisteredAt: fi.registeredAt, CPU: fi.cpu, Memory: fi.mem, Connected: fi.connected, Busy: fi.busy > 0}
 }
 
 // CapacityProvider reads a capacity provider by name.

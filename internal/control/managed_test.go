@@ -170,8 +170,12 @@ func TestRegisteredAsAgreesWithTheRecords(t *testing.T) {
 			return
 		}
 		cpu, mem := readResources(ci.RemainingResources).cpu, readResources(ci.RemainingResources).memory
-		want := InstanceBrief{Cluster: "c", ID: ci.ID, Arn: ci.ContainerInstanceArn, Status: ci.Status,
-			RegisteredAt: ci.RegisteredAt.Time, CPU: cpu, Memory: mem, Connected: s.Connected(ctx, "c", ci.ID), Busy: busy}
+		want := InstanceBrief{Cluster: "c", ID: ci.ID, Arn: ci.ContainerInstanceArn, Status: ci.Status, CapacityProvider: ci.CapacityProviderName,
+			Managed: true, RegisteredAt: ci.RegisteredAt.Time, CPU: cpu, Memory: mem, Connected: s.Connected(ctx, "c", ci.ID), Busy: busy}
+		sum, found, err := s.InstanceSummary(ctx, "c", ci.ID)
+		if err != nil || !found || sum != b {
+			t.Fatalf("%s: summary %+v (found %v, %v), registration %+v", step, sum, found, err, b)
+		}
 		if !b.RegisteredAt.Equal(want.RegisteredAt) {
 			t.Fatalf("%s: registeredAt %v, records say %v", step, b.RegisteredAt, want.RegisteredAt)
 		}
@@ -183,7 +187,7 @@ func TestRegisteredAsAgreesWithTheRecords(t *testing.T) {
 	agree("launched", false, false)
 
 	ci := instanceRecord("i1", "REGISTERING", 2048, 4096)
-	ci.ContainerInstanceArn = s.arns.containerInstance("c", "i1")
+	ci.ContainerInstanceArn, ci.AccessKeyID = s.arns.containerInstance("c", "i1"), cred.AccessKeyID
 	ci.RegisteredAt = shapes.At(time.Now().Truncate(time.Millisecond))
 	cred.InstanceID = "i1"
 	credKey := store.CredentialKey(cred.AccessKeyID)
