@@ -38,27 +38,34 @@ func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment)
 	if err != nil {
 		return nil, err
 	}
-	defer v.done()
 	c := v.cluster(dep.Cluster)
 	// By name, the ARN built once per provider rather than per instance.
 	cps := map[string]string{}
 	for _, a := range dep.CapacityProviderArns {
 		cps[lastPart(a)] = a
 	}
-	in := make([]*fleetInstance, 0, len(c.instances))
-	for _, fi := range c.instances {
-		if fi.rec && fi.status != "INACTIVE" && cps[fi.cp] != "" {
-			in = append(in, fi)
+	n := 0 // the kept counts are those of the instances taken below
+	for name := range cps {
+		if st := c.cps[name]; st != nil {
+			n += st.instances
 		}
 	}
-	// Key order, as the records list; pointers sort cheaper than results.
-	slices.SortFunc(in, func(a, b *fleetInstance) int { return strings.Compare(a.id, b.id) })
-	out := make([]deployments.Instance, len(in))
-	for i, fi := range in {
-		out[i] = deployments.Instance{ID: fi.id, Arn: fi.arn, CapacityProvider: cps[fi.cp], Status: fi.status,
+	out := make([]deployments.Instance, 0, n)
+	for _, fi := range c.instances {
+		cp := cps[fi.cp]
+		if !fi.rec || fi.status == "INACTIVE" || cp == "" {
+			continue
+		}
+		in := deployments.Instance{ID: fi.id, Arn: fi.arn, CapacityProvider: cp, Status: fi.status,
 			RegisteredAt: fi.registeredAt, Managed: v.f.managed[fi.accessKeyID], Connected: fi.connected}
-		out[i].Revision, out[i].Running = c.daemonOnCounted(fi, dep.Daemon)
+		in.Revision, in.Running = c.daemonOnCounted(fi, dep.Daemon)
+		out = append(out, in)
 	}
+	v.done()
+	// Key order, as the records list, sorted once the view is let go: a
+	// reader holding it holds back the cache's next change, and every
+	// reader after that (the API's among them).
+	slices.SortFunc(out, func(a, b deployments.Instance) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
