@@ -152,16 +152,12 @@ func (s *Service) Registrations(ctx context.Context, ms []*ManagedInstance) ([]I
 	}
 	defer v.done()
 	out := make([]InstanceBrief, len(ms))
-	var c *fleetCluster
 	for i, m := range ms {
 		id, ok := v.f.registeredAs[m.AccessKeyID]
 		if !ok {
 			continue
 		}
-		if c == nil || i > 0 && m.Cluster != ms[i-1].Cluster {
-			c = v.cluster(m.Cluster)
-		}
-		fi := c.instances[id]
+		fi := v.cluster(m.Cluster).instances[id]
 		if fi == nil || !fi.rec {
 			continue
 		}
@@ -215,45 +211,22 @@ func (s *Service) Waiting(ctx context.Context, cluster, cp string) ([]*store.Tas
 	// instances come up): one decoded at a revision is not decoded again,
 	// nor copied (a task is a kilobyte; copies of them were a twentieth of
 	// what a replacement rollout allocated).
-	s.waitingMemoMu.Lock()
-	was := s.waitingMemo[cluster]
-	s.waitingMemoMu.Unlock()
-	memo := make(map[string]waitingTask, len(ids))
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = store.TaskKey(cluster, id)
+	}
+	items, err := s.waitingMemo.Read(ctx, s.st, store.TaskPrefix(cluster), keys)
+	if err != nil {
+		return nil, err
+	}
 	var out []*store.Task
-	for _, id := range ids {
-		key := store.TaskKey(cluster, id)
-		w, ok := was[id]
-		rev, err := store.Rev(ctx, s.st, key)
-		if err == nil && (!ok || w.rev != rev) {
-			var it store.Item[store.Task]
-			it, err = store.Get[store.Task](ctx, s.st, key)
-			w = waitingTask{rev: it.Rev, task: &it.Value}
-		}
-		if errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		memo[id] = w
-		if t := w.task; t.InstanceID == "" && t.CapacityProviderName == cp && t.DesiredStatus == "RUNNING" && t.LastStatus != "STOPPED" {
+	for _, it := range items {
+		if t := &it.Value; t.InstanceID == "" && t.CapacityProviderName == cp && t.DesiredStatus == "RUNNING" && t.LastStatus != "STOPPED" {
 			out = append(out, t)
 		}
 	}
-	s.waitingMemoMu.Lock()
-	if s.waitingMemo == nil {
-		s.waitingMemo = map[string]map[string]waitingTask{}
-	}
-	s.waitingMemo[cluster] = memo
-	s.waitingMemoMu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt.Time) })
 	return out, nil
-}
-
-// waitingTask is a waiting task as Waiting decoded it, at revision rev.
-type waitingTask struct {
-	rev  int64
-	task *store.Task
 }
 
 // Sizer sizes tasks, reading each task definition once: a pass sizes

@@ -486,10 +486,7 @@ func TestWaitingRereadsChangedTasks(t *testing.T) {
 			t.Fatalf("unexpected task %s", tk.ID)
 		}
 	}
-	s.waitingMemoMu.Lock()
-	_, kept := s.waitingMemo["c"]["w002"]
-	s.waitingMemoMu.Unlock()
-	if kept {
+	if s.waitingMemo.Holds(store.TaskKey("c", "w002")) {
 		t.Fatal("a placed task stays in the memo")
 	}
 }

@@ -57,12 +57,10 @@ type Service struct {
 	// has a health check, by revision ARN: both are immutable, and the
 	// daemons controller asks on every pass over every instance.
 	healthChecks sync.Map
-	// waitingMemo keeps the waiting tasks Waiting decoded, by cluster and
-	// then task ID, to decode again only those that changed.
-	waitingMemo   map[string]map[string]waitingTask
-	waitingMemoMu sync.Mutex
-	// managedMemo keeps the managed instance records decoded: the
-	// instances and deployments controllers read thousands per pass.
+	// waitingMemo keeps the waiting tasks Waiting decoded, and
+	// managedMemo the managed instance records: the instances and
+	// deployments controllers read thousands of each per pass.
+	waitingMemo store.Memo[store.Task]
 	managedMemo store.Memo[ManagedInstance]
 
 	alarmSource      bool

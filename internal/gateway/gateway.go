@@ -496,14 +496,12 @@ func (g *Gateway) receive(ctx context.Context, s *session) error {
 		}
 		t, err := g.work.enter(ctx)
 		if err != nil {
-			messageBuffers.Put(buf)
+			putMessageBuffer(buf)
 			return err
 		}
 		err = g.handle(ctx, s, buf.Bytes())
 		t.done()
-		if buf.Cap() <= maxPooledMessage {
-			messageBuffers.Put(buf)
-		}
+		putMessageBuffer(buf)
 		if err != nil {
 			return err
 		}
@@ -519,6 +517,12 @@ var messageBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // maxPooledMessage: a rare large message's buffer is not kept.
 const maxPooledMessage = 64 << 10
 
+func putMessageBuffer(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledMessage {
+		messageBuffers.Put(buf)
+	}
+}
+
 // readPooled reads the next message into a buffer of messageBuffers.
 func readPooled(ctx context.Context, conn *websocket.Conn) (*bytes.Buffer, error) {
 	_, r, err := conn.Reader(ctx)
@@ -528,7 +532,7 @@ func readPooled(ctx context.Context, conn *websocket.Conn) (*bytes.Buffer, error
 	buf := messageBuffers.Get().(*bytes.Buffer)
 	buf.Reset()
 	if _, err := buf.ReadFrom(r); err != nil {
-		messageBuffers.Put(buf)
+		putMessageBuffer(buf)
 		return nil, err
 	}
 	return buf, nil

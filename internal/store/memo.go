@@ -57,6 +57,29 @@ func (m *Memo[T]) List(ctx context.Context, s *Store, prefix string) ([]*Item[T]
 	if err != nil {
 		return nil, err
 	}
+	return m.only(ctx, s, prefix, revs)
+}
+
+// Read reads the named keys, all under prefix, through the memo, in
+// order, leaving out those not found; what the memo holds under prefix
+// besides them is forgotten.
+func (m *Memo[T]) Read(ctx context.Context, s *Store, prefix string, keys []string) ([]*Item[T], error) {
+	revs := make([]Item[struct{}], 0, len(keys))
+	for _, k := range keys {
+		rev, err := Rev(ctx, s, k)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		revs = append(revs, Item[struct{}]{Key: k, Rev: rev})
+	}
+	return m.only(ctx, s, prefix, revs)
+}
+
+// only returns the values of revs and keeps no others under prefix.
+func (m *Memo[T]) only(ctx context.Context, s *Store, prefix string, revs []Item[struct{}]) ([]*Item[T], error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]*Item[T], 0, len(revs))
@@ -82,4 +105,11 @@ func (m *Memo[T]) List(ctx context.Context, s *Store, prefix string) ([]*Item[T]
 		}
 	}
 	return out, nil
+}
+
+// Holds reports whether the memo keeps a value for key.
+func (m *Memo[T]) Holds(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.m[key] != nil
 }

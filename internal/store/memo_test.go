@@ -70,10 +70,7 @@ func TestMemoDecodesOnlyWhatChanged(t *testing.T) {
 			t.Fatalf("%s: decoded again %v, want %v", it.Key, was != it, changed)
 		}
 	}
-	m.mu.Lock()
-	_, kept := m.m["m/3"]
-	m.mu.Unlock()
-	if kept {
+	if m.Holds("m/3") {
 		t.Fatal("the memo still holds a deleted key")
 	}
 
@@ -90,10 +87,19 @@ func TestMemoDecodesOnlyWhatChanged(t *testing.T) {
 	if _, err := m.List(ctx, s, "m/"); err != nil {
 		t.Fatal(err)
 	}
-	m.mu.Lock()
-	_, kept = m.m["other/1"]
-	m.mu.Unlock()
-	if !kept {
+	if !m.Holds("other/1") {
 		t.Fatal("listing m/ forgot a key of another prefix")
+	}
+
+	// Read takes the named keys, in order, and forgets the prefix's others.
+	got2, err := m.Read(ctx, s, "m/", []string{"m/4", "m/3", "m/0"})
+	if err != nil || len(got2) != 2 || got2[0].Key != "m/4" || got2[1].Key != "m/0" {
+		t.Fatalf("Read: %+v %v", got2, err)
+	}
+	if got2[1] != byKey["m/0"] {
+		t.Fatal("Read decoded an unchanged record again")
+	}
+	if m.Holds("m/1") || !m.Holds("other/1") {
+		t.Fatalf("after Read: holds m/1 %v, other/1 %v", m.Holds("m/1"), m.Holds("other/1"))
 	}
 }
