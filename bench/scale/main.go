@@ -65,6 +65,7 @@ import (
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
 	"github.com/capstanhq/capstan/internal/controller"
+	"github.com/capstanhq/capstan/internal/server"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -89,6 +90,8 @@ type options struct {
 	agentGOGC      int
 	agentState     string
 	memoryLimit    int64
+	serverGOGC     int
+	serverProcs    int
 	work           string
 	keep           bool
 	serverDebug    bool
@@ -173,6 +176,8 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.skipRollouts, "skip-rollouts", false, "leave out the rollouts (step 4)")
 	fs.IntVar(&o.agentNice, "agent-nice", 10, "niceness of the hollow agents' process (0: the server's): a real fleet's agents run on cores of their own, so by default the server gets the shared cores first and the agents every cycle it leaves")
 	fs.Int64Var(&o.memoryLimit, "server-memory-limit", 0, "soft memory limit of the server's process in MiB (debug.SetMemoryLimit; 0: none), not of the hollow agents'")
+	fs.IntVar(&o.serverProcs, "server-procs", 0, "GOMAXPROCS of the server's process (0: as capstan server sets it, server.ProcsPerCore per core, unless GOMAXPROCS is in the environment)")
+	fs.IntVar(&o.serverGOGC, "server-gogc", 0, "GOGC of the server's process (debug.SetGCPercent; 0: GOGC from the environment, else Go's default of 100): with memory to spare, fewer collections leave more CPU to the rest")
 	fs.IntVar(&o.agentGOGC, "agent-gogc", 400, "GOGC of the hollow agents' process: its one heap holds thousands of agents' state, which the collector marks on every cycle")
 	fs.StringVar(&o.agentState, "agent-state", "memory", "where hollow agents keep their state: memory, or disk (a bbolt file each, as a real agent)")
 	fs.StringVar(&o.agentProfile, "agent-cpuprofile", "", "write the hollow agents' CPU profile (whole run, child process) here")
@@ -214,6 +219,8 @@ type Report struct {
 	AgentNice int `json:"agent_nice"`
 	// ServerMemoryLimitMiB is the server's soft memory limit (0: none).
 	ServerMemoryLimitMiB int64 `json:"server_memory_limit_mib"`
+	// ServerGOGC is the server's process's GOGC as the run found it (-1: off).
+	ServerGOGC int `json:"server_gogc"`
 	// AgentGOGC is the hollow agents' process's GOGC (0: Go's default).
 	AgentGOGC int `json:"agent_gogc"`
 	// AgentState is where the hollow agents keep their state (memory, disk).
@@ -388,7 +395,13 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	if o.memoryLimit > 0 {
 		debug.SetMemoryLimit(o.memoryLimit << 20)
 	}
-	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, AgentGOGC: o.agentGOGC, AgentState: o.agentState, Fleet: "joined", ServerMemoryLimitMiB: o.memoryLimit, RolloutSeconds: -1,
+	server.SetProcs(o.serverProcs)
+	if o.serverGOGC > 0 {
+		debug.SetGCPercent(o.serverGOGC)
+	}
+	serverGOGC := debug.SetGCPercent(-1)
+	debug.SetGCPercent(serverGOGC)
+	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, AgentGOGC: o.agentGOGC, AgentState: o.agentState, Fleet: "joined", ServerMemoryLimitMiB: o.memoryLimit, ServerGOGC: serverGOGC, RolloutSeconds: -1,
 		DetectSeconds: -1, ReplaceSeconds: -1, Invariants: []string{}}
 	if len(o.etcdEndpoints) > 0 {
 		rep.Etcd = strings.Join(o.etcdEndpoints, ",")
@@ -1042,8 +1055,8 @@ func printReconciles(w io.Writer, rs map[string]controller.Stat) {
 
 func printTable(w io.Writer, r *Report) {
 	m := r.Machine
-	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, CPU stolen by the host %.1f s, etcd %s, agents at nice %d, GOGC %d, state in %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
-		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, m.StealSeconds, r.Etcd, r.AgentNice, r.AgentGOGC, r.AgentState)
+	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, CPU stolen by the host %.1f s, etcd %s, server GOGC %d, agents at nice %d, GOGC %d, state in %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
+		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, m.StealSeconds, r.Etcd, r.ServerGOGC, r.AgentNice, r.AgentGOGC, r.AgentState)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "hollow instances\t%d\n", r.Instances)
 	if r.Fleet == "provisioned" {

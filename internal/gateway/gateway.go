@@ -27,6 +27,7 @@ import (
 	"github.com/capstanhq/capstan/internal/auth"
 	"github.com/capstanhq/capstan/internal/codec"
 	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/link"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -141,6 +142,7 @@ func (g *Gateway) enter() bool {
 
 type session struct {
 	conn     *websocket.Conn
+	link     *link.Link // conn's reads and writes once the session is open
 	cluster  string
 	instance string
 	managed  bool // provisioned by a capacity provider
@@ -214,6 +216,8 @@ func (g *Gateway) serve(ctx context.Context, conn *websocket.Conn, p auth.Princi
 		return err
 	}
 	defer closeSession()
+	s.link = link.New(sctx, conn, "agent")
+	defer s.link.Close()
 	// The session's goroutine receives and one more writes: at 5,000
 	// sessions a third goroutine each was 5,000 more stacks. The first to
 	// end ends the other, and its error is the session's.
@@ -359,18 +363,24 @@ func decode(b []byte) (protocol.Message, error) {
 
 var errMalformed = errors.New("malformed message")
 
+// send writes before the session is open (its refusals).
 func send(ctx context.Context, conn *websocket.Conn, m protocol.Message) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	return write(ctx, conn, b)
-}
-
-func write(ctx context.Context, conn *websocket.Conn, b []byte) error {
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, link.WriteLimit)
 	defer cancel()
 	return conn.Write(wctx, websocket.MessageText, b)
+}
+
+// send writes on the open session.
+func (s *session) send(m protocol.Message) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return s.link.Write(b)
 }
 
 func (s *session) queue(ctx context.Context, m protocol.Message) error {
@@ -384,15 +394,13 @@ func (s *session) queue(ctx context.Context, m protocol.Message) error {
 
 // loop is the session's one writer: it sends the instance's desired tasks
 // now and after every change, queued messages (acks, errors) and
-// heartbeats, and ends the session when the instance is deregistered. One
+// heartbeats when it has sent nothing else for a while, and ends the session when the instance is deregistered. One
 // goroutine for all of it: a server holds thousands of sessions.
 func (g *Gateway) loop(ctx context.Context, s *session) error {
 	sub := g.st.Subscribe(store.DesiredPrefix(s.cluster, s.instance))
 	defer sub.Close()
 	instSub := g.st.Subscribe(store.ContainerInstanceKey(s.cluster, s.instance))
 	defer instSub.Close()
-	tick := time.NewTicker(protocol.HeartbeatInterval)
-	defer tick.Stop()
 	push := true
 	var t *ticket
 	defer func() {
@@ -418,18 +426,18 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 			if err != nil {
 				return err
 			}
-			if err := write(ctx, s.conn, b); err != nil {
+			if err := s.link.Write(b); err != nil {
 				return err
 			}
 			push = false
 		case <-ctx.Done():
 			return ctx.Err()
 		case m := <-s.out:
-			if err := send(ctx, s.conn, m); err != nil {
+			if err := s.send(m); err != nil {
 				return err
 			}
-		case <-tick.C:
-			if err := send(ctx, s.conn, protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: g.now()}}); err != nil {
+		case <-s.link.Heartbeat():
+			if err := s.send(protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: g.now()}}); err != nil {
 				return err
 			}
 		case <-sub.Ready():
@@ -440,7 +448,7 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 			// A deregistered instance loses its session.
 			status, ok, err := g.svc.InstanceStatus(ctx, s.cluster, s.instance)
 			if err == nil && (!ok || status == "INACTIVE") {
-				send(ctx, s.conn, protocol.Message{Type: protocol.TypeError, Error: inactive(s.managed)})
+				s.send(protocol.Message{Type: protocol.TypeError, Error: inactive(s.managed)})
 				return errDeregistered
 			}
 		}
@@ -460,39 +468,16 @@ func inactive(managed bool) *protocol.Error {
 
 // receive handles what the agent sends; any message proves it alive.
 func (g *Gateway) receive(ctx context.Context, s *session) error {
-	// One watchdog for the session, pushed back by every message, instead
-	// of a context and timer per read: thousands of sessions report at once.
-	silent := fmt.Errorf("agent silent for %s", protocol.SilenceLimit)
-	var (
-		rctx     context.Context
-		cancel   context.CancelCauseFunc
-		watchdog *time.Timer
-	)
-	arm := func() {
-		rctx, cancel = context.WithCancelCause(ctx)
-		c := cancel // a watchdog ends only the reads it was armed for
-		watchdog = time.AfterFunc(protocol.SilenceLimit, func() { c(silent) })
-	}
-	arm()
-	defer func() { watchdog.Stop(); cancel(nil) }()
 	for {
-		buf, err := readPooled(rctx, s.conn)
+		buf, err := readPooled(s.link)
 		if err != nil {
-			if errors.Is(context.Cause(rctx), silent) && ctx.Err() == nil {
-				return silent
+			if errors.Is(err, link.ErrSilent) && ctx.Err() == nil {
+				return err
 			}
 			if errors.Is(err, io.EOF) || websocket.CloseStatus(err) != -1 {
 				return nil
 			}
 			return err
-		}
-		if watchdog.Stop() {
-			watchdog.Reset(protocol.SilenceLimit)
-		} else {
-			// It fired as the message came: the message counts, the next
-			// reads get a scope of their own.
-			cancel(nil)
-			arm()
 		}
 		t, err := g.work.enter(ctx)
 		if err != nil {
@@ -524,8 +509,8 @@ func putMessageBuffer(buf *bytes.Buffer) {
 }
 
 // readPooled reads the next message into a buffer of messageBuffers.
-func readPooled(ctx context.Context, conn *websocket.Conn) (*bytes.Buffer, error) {
-	_, r, err := conn.Reader(ctx)
+func readPooled(l *link.Link) (*bytes.Buffer, error) {
+	r, err := l.Reader()
 	if err != nil {
 		return nil, err
 	}

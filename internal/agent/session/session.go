@@ -27,6 +27,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/agent/state"
 	"github.com/capstanhq/capstan/internal/codec"
+	"github.com/capstanhq/capstan/internal/link"
 	"github.com/capstanhq/capstan/internal/protocol"
 )
 
@@ -306,7 +307,11 @@ func (c *Client) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := write(ctx, conn, protocol.Message{Type: protocol.TypeHello, Hello: &protocol.Hello{ProtocolVersion: protocol.Version,
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	l := link.New(sctx, conn, "server")
+	defer l.Close()
+	if err := write(l, protocol.Message{Type: protocol.TypeHello, Hello: &protocol.Hello{ProtocolVersion: protocol.Version,
 		ContainerInstanceArn: c.cfg.InstanceArn, AgentVersion: c.cfg.AgentVersion, ManifestSeq: seq, StateID: acked}}); err != nil {
 		return err
 	}
@@ -315,16 +320,14 @@ func (c *Client) session(ctx context.Context) error {
 	defer c.Connected.Set(0)
 	c.cfg.Log.Info("session open", "endpoint", c.cfg.Endpoint, "manifest_seq", seq)
 
-	sctx, scancel := context.WithCancel(ctx)
-	defer scancel()
 	out := make(chan protocol.Message, 16)
 	errs := make(chan error, 3)
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); errs <- c.writer(sctx, conn, out) }()
+	go func() { defer wg.Done(); errs <- c.writer(sctx, l, out) }()
 	a := newAcks()
 	go func() { defer wg.Done(); errs <- c.sender(sctx, out, a) }()
-	go func() { defer wg.Done(); errs <- c.reader(sctx, conn, out, a) }()
+	go func() { defer wg.Done(); errs <- c.reader(sctx, l, out, a) }()
 	err = <-errs
 	scancel()
 	conn.Close(websocket.StatusNormalClosure, "")
@@ -332,30 +335,27 @@ func (c *Client) session(ctx context.Context) error {
 	return err
 }
 
-func write(ctx context.Context, conn *websocket.Conn, m protocol.Message) error {
+func write(l *link.Link, m protocol.Message) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return conn.Write(wctx, websocket.MessageText, b)
+	return l.Write(b)
 }
 
-// writer sends queued messages and heartbeats.
-func (c *Client) writer(ctx context.Context, conn *websocket.Conn, out <-chan protocol.Message) error {
-	tick := time.NewTicker(protocol.HeartbeatInterval)
-	defer tick.Stop()
+// writer sends queued messages, and heartbeats when it has sent nothing
+// else for a while.
+func (c *Client) writer(ctx context.Context, l *link.Link, out <-chan protocol.Message) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case m := <-out:
-			if err := write(ctx, conn, m); err != nil {
+			if err := write(l, m); err != nil {
 				return err
 			}
-		case <-tick.C:
-			if err := write(ctx, conn, protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: time.Now()}}); err != nil {
+		case <-l.Heartbeat():
+			if err := write(l, protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: time.Now()}}); err != nil {
 				return err
 			}
 		}
@@ -465,17 +465,12 @@ func (c *Client) merge(batches []state.Batch) (protocol.StateChange, bool) {
 }
 
 // reader handles what the server sends.
-func (c *Client) reader(ctx context.Context, conn *websocket.Conn, out chan<- protocol.Message, a *acks) error {
+func (c *Client) reader(ctx context.Context, l *link.Link, out chan<- protocol.Message, a *acks) error {
 	for {
-		rctx, cancel := context.WithTimeout(ctx, protocol.SilenceLimit)
-		_, b, err := conn.Read(rctx)
-		cancel()
+		b, err := l.Read()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
-			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				return fmt.Errorf("server silent for %s", protocol.SilenceLimit)
 			}
 			return err
 		}

@@ -1,0 +1,151 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// pair dials a websocket server whose end runs peer; the dialling end is
+// returned wrapped in a Link with the given timing.
+func pair(t testing.TB, silence, heartbeat, writeMax time.Duration, peer func(ctx context.Context, c *websocket.Conn)) (*Link, context.CancelFunc) {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		peer(r.Context(), c)
+	}))
+	t.Cleanup(srv.Close)
+	conn, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.CloseNow() })
+	ctx, cancel := context.WithCancel(context.Background())
+	l := newLink(ctx, conn, "peer", silence, heartbeat, writeMax)
+	t.Cleanup(l.Close)
+	t.Cleanup(cancel)
+	return l, cancel
+}
+
+func idle(ctx context.Context, _ *websocket.Conn) { <-ctx.Done() }
+
+func TestSilenceEndsTheRead(t *testing.T) {
+	l, _ := pair(t, 300*time.Millisecond, time.Hour, time.Second, idle)
+	start := time.Now()
+	_, err := l.Read()
+	if !errors.Is(err, ErrSilent) {
+		t.Fatalf("read from a silent peer: %v, want ErrSilent", err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("silence noticed after %s, limit 300ms", d)
+	}
+	if !strings.Contains(err.Error(), "peer silent for 300ms") {
+		t.Fatalf("error %q does not name the peer and the limit", err)
+	}
+}
+
+func TestMessagesKeepTheLinkAlive(t *testing.T) {
+	const silence = 300 * time.Millisecond
+	l, _ := pair(t, silence, time.Hour, time.Second, func(ctx context.Context, c *websocket.Conn) {
+		for i := 0; i < 12; i++ {
+			if c.Write(ctx, websocket.MessageText, []byte("m")) != nil {
+				return
+			}
+			time.Sleep(silence / 4)
+		}
+		<-ctx.Done()
+	})
+	for i := 0; i < 12; i++ {
+		b, err := l.Read()
+		if err != nil {
+			t.Fatalf("message %d over a link kept busy: %v", i, err)
+		}
+		if string(b) != "m" {
+			t.Fatalf("message %d: %q", i, b)
+		}
+	}
+	// Three silence limits have passed; then silence ends it.
+	if _, err := l.Read(); !errors.Is(err, ErrSilent) {
+		t.Fatalf("after the peer went quiet: %v, want ErrSilent", err)
+	}
+}
+
+func TestHeartbeatOnlyWhenIdle(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	got := make(chan string, 100)
+	l, _ := pair(t, time.Hour, interval, time.Second, func(ctx context.Context, c *websocket.Conn) {
+		for {
+			_, b, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			got <- string(b)
+		}
+	})
+	// Writing every quarter interval for three intervals: no heartbeat is due.
+	for i := 0; i < 12; i++ {
+		select {
+		case <-l.Heartbeat():
+			t.Fatalf("heartbeat due after %d writes a quarter interval apart", i)
+		default:
+		}
+		if err := l.Write([]byte("m")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(interval / 4)
+	}
+	start := time.Now()
+	select {
+	case <-l.Heartbeat():
+		if d := time.Since(start); d > interval {
+			t.Fatalf("heartbeat %s after the last write's quarter interval, interval %s", d, interval)
+		}
+	case <-time.After(10 * interval):
+		t.Fatal("no heartbeat once idle")
+	}
+	for i := 0; i < 12; i++ {
+		if m := <-got; m != "m" {
+			t.Fatalf("peer got %q", m)
+		}
+	}
+}
+
+func TestContextEndClosesTheLink(t *testing.T) {
+	l, cancel := pair(t, time.Hour, time.Hour, time.Second, idle)
+	errs := make(chan error, 1)
+	go func() { _, err := l.Read(); errs <- err }()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-errs:
+		if err == nil || errors.Is(err, ErrSilent) {
+			t.Fatalf("read after the context ended: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("read still blocked after the context ended")
+	}
+}
+
+func TestBlockedWriteGivesUp(t *testing.T) {
+	// The peer reads nothing: the socket buffers fill and a write blocks.
+	l, _ := pair(t, time.Hour, time.Hour, 300*time.Millisecond, idle)
+	msg := make([]byte, 1<<20)
+	var err error
+	start := time.Now()
+	for i := 0; i < 512 && err == nil; i++ {
+		err = l.Write(msg)
+	}
+	if err == nil || !strings.Contains(err.Error(), "write to peer blocked for 300ms") {
+		t.Fatalf("writes to a peer that reads nothing: %v (after %s)", err, time.Since(start))
+	}
+}
