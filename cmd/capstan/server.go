@@ -57,12 +57,11 @@ func runServer(ctx context.Context, args []string) error {
 	cfg.AdminKeyID = os.Getenv("CAPSTAN_ACCESS_KEY_ID")
 	cfg.AdminSecret = os.Getenv("CAPSTAN_SECRET_ACCESS_KEY")
 
-	procs := server.SetProcs(0)
 	s, err := server.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	cfg.Log.Info("capstan server ready", "addr", s.Addr, "region", cfg.Region, "account", cfg.AccountID, "gomaxprocs", procs)
+	cfg.Log.Info("capstan server ready", "addr", s.Addr, "region", cfg.Region, "account", cfg.AccountID)
 	if s.AdminGenerated {
 		fmt.Fprintf(os.Stderr, `
 Capstan API on http://%[1]s (administrator credential in %[2]s). To use the AWS CLI:
