@@ -374,15 +374,6 @@ func send(ctx context.Context, conn *websocket.Conn, m protocol.Message) error {
 	return conn.Write(wctx, websocket.MessageText, b)
 }
 
-// send writes on the open session.
-func (s *session) send(m protocol.Message) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	return s.link.Write(b)
-}
-
 func (s *session) queue(ctx context.Context, m protocol.Message) error {
 	select {
 	case s.out <- m:
@@ -394,8 +385,9 @@ func (s *session) queue(ctx context.Context, m protocol.Message) error {
 
 // loop is the session's one writer: it sends the instance's desired tasks
 // now and after every change, queued messages (acks, errors) and
-// heartbeats when it has sent nothing else for a while, and ends the session when the instance is deregistered. One
-// goroutine for all of it: a server holds thousands of sessions.
+// heartbeats when it has sent nothing else for a while, and ends the
+// session when the instance is deregistered. One goroutine for all of it:
+// a server holds thousands of sessions.
 func (g *Gateway) loop(ctx context.Context, s *session) error {
 	sub := g.st.Subscribe(store.DesiredPrefix(s.cluster, s.instance))
 	defer sub.Close()
@@ -433,11 +425,11 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case m := <-s.out:
-			if err := s.send(m); err != nil {
+			if err := s.link.Send(m); err != nil {
 				return err
 			}
 		case <-s.link.Heartbeat():
-			if err := s.send(protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: g.now()}}); err != nil {
+			if err := s.link.Send(protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: g.now()}}); err != nil {
 				return err
 			}
 		case <-sub.Ready():
@@ -448,7 +440,7 @@ func (g *Gateway) loop(ctx context.Context, s *session) error {
 			// A deregistered instance loses its session.
 			status, ok, err := g.svc.InstanceStatus(ctx, s.cluster, s.instance)
 			if err == nil && (!ok || status == "INACTIVE") {
-				s.send(protocol.Message{Type: protocol.TypeError, Error: inactive(s.managed)})
+				s.link.Send(protocol.Message{Type: protocol.TypeError, Error: inactive(s.managed)})
 				return errDeregistered
 			}
 		}
@@ -471,9 +463,7 @@ func (g *Gateway) receive(ctx context.Context, s *session) error {
 	for {
 		buf, err := readPooled(s.link)
 		if err != nil {
-			if errors.Is(err, link.ErrSilent) && ctx.Err() == nil {
-				return err
-			}
+			// Silence comes back as link.ErrSilent, neither EOF nor a close.
 			if errors.Is(err, io.EOF) || websocket.CloseStatus(err) != -1 {
 				return nil
 			}

@@ -11,6 +11,7 @@ package link
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -110,6 +111,15 @@ func (l *Link) Write(b []byte) error {
 	}
 	l.heartbeat.Reset(l.interval)
 	return nil
+}
+
+// Send writes one protocol message.
+func (l *Link) Send(m protocol.Message) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return l.Write(b)
 }
 
 // cause names a watchdog's closing over the error it caused.

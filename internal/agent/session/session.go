@@ -311,7 +311,7 @@ func (c *Client) session(ctx context.Context) error {
 	defer scancel()
 	l := link.New(sctx, conn, "server")
 	defer l.Close()
-	if err := write(l, protocol.Message{Type: protocol.TypeHello, Hello: &protocol.Hello{ProtocolVersion: protocol.Version,
+	if err := l.Send(protocol.Message{Type: protocol.TypeHello, Hello: &protocol.Hello{ProtocolVersion: protocol.Version,
 		ContainerInstanceArn: c.cfg.InstanceArn, AgentVersion: c.cfg.AgentVersion, ManifestSeq: seq, StateID: acked}}); err != nil {
 		return err
 	}
@@ -335,14 +335,6 @@ func (c *Client) session(ctx context.Context) error {
 	return err
 }
 
-func write(l *link.Link, m protocol.Message) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	return l.Write(b)
-}
-
 // writer sends queued messages, and heartbeats when it has sent nothing
 // else for a while.
 func (c *Client) writer(ctx context.Context, l *link.Link, out <-chan protocol.Message) error {
@@ -351,11 +343,11 @@ func (c *Client) writer(ctx context.Context, l *link.Link, out <-chan protocol.M
 		case <-ctx.Done():
 			return nil
 		case m := <-out:
-			if err := write(l, m); err != nil {
+			if err := l.Send(m); err != nil {
 				return err
 			}
 		case <-l.Heartbeat():
-			if err := write(l, protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: time.Now()}}); err != nil {
+			if err := l.Send(protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: time.Now()}}); err != nil {
 				return err
 			}
 		}
