@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/cpus"
 	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/server"
 	"github.com/capstanhq/capstan/internal/store"
@@ -26,6 +27,7 @@ func runServer(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("capstan server", flag.ContinueOnError)
 	cfg := server.Config{NewSimProvisioner: simprov.Factory}
 	var endpoints, level string
+	perCore := cpus.ProcsPerCore
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HOST:PORT of the ECS API")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory for the embedded etcd and server files")
 	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated URLs of an external etcd cluster (default: embedded etcd)")
@@ -40,8 +42,12 @@ func runServer(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.ProgressDeadline, "rollout-progress-deadline", server.DefaultProgressDeadline, "stop a daemon rollout that made no progress for this long (negative: never)")
 	fs.DurationVar(&cfg.SimProvisionDelay, "sim-provision-delay", 0, "how long a sim instance takes to boot (with --provisioner sim)")
 	fs.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL agents use to reach this server (default http://<listen address>)")
+	fs.IntVar(&perCore, "procs-per-core", cpus.ProcsPerCore, "Go processors per core (1-8; GOMAXPROCS in the environment wins): more keep the API's latency low while the cores are saturated, at a cost in throughput (docs/api.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if perCore < 1 || perCore > 8 {
+		return fmt.Errorf("--procs-per-core must be from 1 to 8 (got %d)", perCore)
 	}
 	if endpoints != "" {
 		cfg.EtcdEndpoints = strings.Split(endpoints, ",")
@@ -57,11 +63,12 @@ func runServer(ctx context.Context, args []string) error {
 	cfg.AdminKeyID = os.Getenv("CAPSTAN_ACCESS_KEY_ID")
 	cfg.AdminSecret = os.Getenv("CAPSTAN_SECRET_ACCESS_KEY")
 
+	procs := cpus.SetProcs(perCore * cpus.Cores())
 	s, err := server.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	cfg.Log.Info("capstan server ready", "addr", s.Addr, "region", cfg.Region, "account", cfg.AccountID)
+	cfg.Log.Info("capstan server ready", "addr", s.Addr, "region", cfg.Region, "account", cfg.AccountID, "gomaxprocs", procs)
 	if s.AdminGenerated {
 		fmt.Fprintf(os.Stderr, `
 Capstan API on http://%[1]s (administrator credential in %[2]s). To use the AWS CLI:

@@ -3,6 +3,8 @@ package controller
 import (
 	"sync"
 	"time"
+
+	"github.com/capstanhq/capstan/internal/cpus"
 )
 
 // Pacer spaces the passes over one key: a reconcile that reads a whole
@@ -55,4 +57,14 @@ func (p *Pacer) Rest(key string, d time.Duration) {
 		p.rest = map[string]time.Duration{}
 	}
 	p.rest[key] = d
+}
+
+// Spacing is the rest after a pass that took took: times times its
+// duration, no more than most. The duration is wall time, and with more
+// Go processors than cores a pass waits less in Go's run queue but runs
+// at a share of a core: its wall time no longer grows with the load, so
+// the rest is counted per processor on a core (cpus.PerCore) to keep the
+// passes' share of the cores what it is at one per core.
+func Spacing(times int, took, most time.Duration) time.Duration {
+	return min(time.Duration(times*cpus.PerCore())*took, most)
 }

@@ -3,10 +3,11 @@ package gateway
 import (
 	"container/list"
 	"context"
-	"runtime"
 	"runtime/metrics"
 	"sync"
 	"time"
+
+	"github.com/capstanhq/capstan/internal/cpus"
 )
 
 // admission bounds the agent messages and manifest builds in flight, their
@@ -152,6 +153,6 @@ func (a *admission) adjust(ctx context.Context) {
 		if sample[0].Value.Kind() != metrics.KindUint64 {
 			return // not reported by this runtime: the bound stays
 		}
-		a.step(sample[0].Value.Uint64() > uint64(queuedPerCore*runtime.GOMAXPROCS(0)))
+		a.step(sample[0].Value.Uint64() > uint64(queuedPerCore*cpus.Cores()))
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/capstanhq/capstan/internal/cpus"
 )
 
 // No more than the bound run at once, waits included; the rest wait and
@@ -141,4 +143,16 @@ func TestAdmissionFollowsTheRunQueue(t *testing.T) {
 		a.ask()
 	}
 	waitFor("did not rise with the cores free and work waiting", func(l int) bool { return l > 2*lo })
+}
+
+func TestAdmissionCountsCoresNotProcessors(t *testing.T) {
+	was := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(was) })
+	want := cpus.Cores()
+	runtime.GOMAXPROCS(4 * runtime.NumCPU())
+	g := New(nil, nil, nil, "s", nil)
+	defer g.Close()
+	if limit, _, _ := g.work.state(); limit != placesInitial*want {
+		t.Fatalf("admission limit %d at GOMAXPROCS %d, want %d per core (%d)", limit, runtime.GOMAXPROCS(0), placesInitial, placesInitial*want)
+	}
 }

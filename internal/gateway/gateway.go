@@ -16,7 +16,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"runtime"
 	"sync"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/capstanhq/capstan/internal/auth"
 	"github.com/capstanhq/capstan/internal/codec"
 	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/cpus"
 	"github.com/capstanhq/capstan/internal/link"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/store"
@@ -70,7 +70,7 @@ func New(svc *control.Service, st *store.Store, v api.Verifier, serverID string,
 		sessions: map[string]*session{}, ctx: ctx, cancel: cancel,
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "capstan_agent_sessions", Help: "Agent sessions connected to this server."}),
 		states:    prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_agent_task_states_total", Help: "Task states written from agent reports."}),
-		work:      newAdmission(placesInitial*runtime.GOMAXPROCS(0), placesLow*runtime.GOMAXPROCS(0), placesHigh*runtime.GOMAXPROCS(0)),
+		work:      newAdmission(placesInitial*cpus.Cores(), placesLow*cpus.Cores(), placesHigh*cpus.Cores()),
 	}
 	g.wg.Go(func() { g.work.adjust(ctx) })
 	return g

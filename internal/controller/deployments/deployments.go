@@ -100,7 +100,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 	// Passes are spaced by their cost too: at 5,000 instances a pass reads
 	// the whole fleet in ~40 ms, and a rolling window always has changes.
 	begun := time.Now()
-	defer func() { r.pacer.Rest(key, min(passSpacing*time.Since(begun), Poll)) }()
+	defer func() { r.pacer.Rest(key, controller.Spacing(passSpacing, time.Since(begun), Poll)) }()
 	// Where a long pass spends its time, at debug level.
 	var st passStats
 	defer func() {

@@ -210,9 +210,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 	begun := time.Now()
 	acted := false
 	defer func() {
-		rest := min(actRest*time.Since(begun), time.Second)
+		rest := controller.Spacing(actRest, time.Since(begun), time.Second)
 		if !acted {
-			rest = min(idleRest*time.Since(begun), time.Second)
+			rest = controller.Spacing(idleRest, time.Since(begun), time.Second)
 		}
 		r.pacer.Rest(key, rest)
 	}()

@@ -159,9 +159,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		if errors.Is(err, store.ErrConflict) && attempt < 8 {
 			continue
 		}
-		rest := min(actRest*time.Since(begun), maxIdleRest)
+		rest := controller.Spacing(actRest, time.Since(begun), maxIdleRest)
 		if err == nil && !acted {
-			rest = min(idleRest*time.Since(begun), maxIdleRest)
+			rest = controller.Spacing(idleRest, time.Since(begun), maxIdleRest)
 		}
 		r.pacer.Rest(key, rest)
 		return requeue, err
