@@ -27,7 +27,7 @@ func runServer(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("capstan server", flag.ContinueOnError)
 	cfg := server.Config{NewSimProvisioner: simprov.Factory}
 	var endpoints, level string
-	perCore := cpus.ProcsPerCore
+	var perCore int
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HOST:PORT of the ECS API")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory for the embedded etcd and server files")
 	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated URLs of an external etcd cluster (default: embedded etcd)")
@@ -63,7 +63,11 @@ func runServer(ctx context.Context, args []string) error {
 	cfg.AdminKeyID = os.Getenv("CAPSTAN_ACCESS_KEY_ID")
 	cfg.AdminSecret = os.Getenv("CAPSTAN_SECRET_ACCESS_KEY")
 
-	procs := cpus.SetProcs(perCore * cpus.Cores())
+	procs := 0 // Go's own at one per core
+	if perCore > 1 {
+		procs = perCore * cpus.Cores()
+	}
+	procs = cpus.SetProcs(procs)
 	s, err := server.Start(ctx, cfg)
 	if err != nil {
 		return err

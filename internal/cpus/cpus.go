@@ -28,16 +28,13 @@ func Cores() int { return max(1, min(startProcs, runtime.NumCPU())) }
 // PerCore is how many processors run per core now (at least 1).
 func PerCore() int { return max(1, runtime.GOMAXPROCS(0)/Cores()) }
 
-// SetProcs sets GOMAXPROCS to n processors (0: ProcsPerCore per core),
-// unless the GOMAXPROCS environment variable names it. It returns the
-// processors in use.
+// SetProcs sets GOMAXPROCS to n processors, unless the GOMAXPROCS
+// environment variable names it; 0 leaves Go's own, which follows a CPU
+// limit that changes (setting it stops that). It returns the processors
+// in use.
 func SetProcs(n int) int {
-	if os.Getenv("GOMAXPROCS") != "" {
-		return runtime.GOMAXPROCS(0)
+	if n > 0 && os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(n)
 	}
-	if n <= 0 {
-		n = ProcsPerCore * Cores()
-	}
-	runtime.GOMAXPROCS(n)
-	return n
+	return runtime.GOMAXPROCS(0)
 }
