@@ -29,6 +29,8 @@ import (
 // process so that the server's memory and CPU are measured alone.
 type host interface {
 	Launch(id string, cpu, mem int, env map[string]string) error
+	// LaunchAll launches many at once; one error (or nil) each.
+	LaunchAll(reqs []provision.Request) []error
 	Kill(id string) error
 	// Terminate stops the instance and forgets it.
 	Terminate(id string) error
@@ -66,6 +68,14 @@ func newLocalHost(dir string, memoryState bool, delay time.Duration, log *slog.L
 func (h *localHost) Launch(id string, cpu, mem int, env map[string]string) error {
 	_, err := h.p.Launch(context.Background(), provision.Request{ID: id, CPU: cpu, MemoryMiB: mem, Env: env})
 	return err
+}
+
+func (h *localHost) LaunchAll(reqs []provision.Request) []error {
+	errs := make([]error, len(reqs))
+	for i, l := range h.p.LaunchBatch(context.Background(), reqs) {
+		errs[i] = l.Err
+	}
+	return errs
 }
 
 func (h *localHost) Kill(id string) error { return h.p.Kill(id) }
@@ -145,17 +155,21 @@ const childEnv = "CAPSTAN_SCALE_HOLLOW_HOST"
 // agent shutdowns, a cost no real provisioner has).
 type request struct {
 	Seq uint64            `json:"seq"`
-	Op  string            `json:"op"` // launch, kill, terminate, arn, stats
+	Op  string            `json:"op"` // launch, launches, kill, terminate, arn, stats
 	ID  string            `json:"id,omitempty"`
 	CPU int               `json:"cpu,omitempty"`
 	Mem int               `json:"mem,omitempty"`
 	Env map[string]string `json:"env,omitempty"`
+	// Launches are the instances of one "launches" call.
+	Launches []provision.Request `json:"launches,omitempty"`
 }
 
 type response struct {
-	Seq   uint64    `json:"seq"`
-	Err   string    `json:"err,omitempty"`
-	Arn   string    `json:"arn,omitempty"`
+	Seq uint64 `json:"seq"`
+	Err string `json:"err,omitempty"`
+	Arn string `json:"arn,omitempty"`
+	// Errs are a "launches" call's, one for each instance ("": launched).
+	Errs  []string  `json:"errs,omitempty"`
 	Stats hostStats `json:"stats"`
 }
 
@@ -299,6 +313,24 @@ func (h *childHost) Launch(id string, cpu, mem int, env map[string]string) error
 	return err
 }
 
+// LaunchAll is one call for all of reqs, as a cloud's run-instances call
+// with a count.
+func (h *childHost) LaunchAll(reqs []provision.Request) []error {
+	errs := make([]error, len(reqs))
+	resp, err := h.call(request{Op: "launches", Launches: reqs})
+	for i := range errs {
+		switch {
+		case err != nil:
+			errs[i] = err
+		case i < len(resp.Errs) && resp.Errs[i] != "":
+			errs[i] = errors.New(resp.Errs[i])
+		case i >= len(resp.Errs):
+			errs[i] = errors.New("hollow host: no answer for this instance")
+		}
+	}
+	return errs
+}
+
 func (h *childHost) Kill(id string) error {
 	_, err := h.call(request{Op: "kill", ID: id})
 	return err
@@ -394,6 +426,14 @@ func serveRequest(h *localHost, r request) response {
 	switch r.Op {
 	case "launch":
 		err = h.Launch(r.ID, r.CPU, r.Mem, r.Env)
+	case "launches":
+		for _, e := range h.LaunchAll(r.Launches) {
+			msg := ""
+			if e != nil {
+				msg = e.Error()
+			}
+			resp.Errs = append(resp.Errs, msg)
+		}
 	case "kill":
 		err = h.Kill(r.ID)
 	case "terminate":
@@ -437,6 +477,21 @@ func (p *hostProvisioner) Launch(_ context.Context, req provision.Request) (stri
 	p.alive[req.ID] = true
 	p.mu.Unlock()
 	return req.ID, nil
+}
+
+// LaunchBatch asks the host for all of reqs in one call.
+func (p *hostProvisioner) LaunchBatch(_ context.Context, reqs []provision.Request) []provision.Launched {
+	out := make([]provision.Launched, len(reqs))
+	for i, err := range p.h.LaunchAll(reqs) {
+		out[i].Err = err
+		if err == nil {
+			out[i].Handle = reqs[i].ID
+			p.mu.Lock()
+			p.alive[reqs[i].ID] = true
+			p.mu.Unlock()
+		}
+	}
+	return out
 }
 
 func (p *hostProvisioner) Terminate(_ context.Context, handle string) error {

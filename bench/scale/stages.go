@@ -34,6 +34,8 @@ const (
 	stageRegistered = "2 R launched → registered"
 	stagePlaced     = "3 R registered → daemon placed"
 	stageActive     = "4 R daemon placed → ACTIVE"
+	stageStarted    = "4a R daemon placed → started"
+	stageSteady     = "4b R daemon started → ACTIVE"
 	stageTasksMoved = "5 R ACTIVE → X's tasks told to stop"
 	stageGone       = "6 X's tasks told to stop → X deregistered"
 	stageTotal      = "X draining → X deregistered"
@@ -43,6 +45,7 @@ const (
 type instanceTimes struct {
 	registered, draining, active, gone time.Time
 	daemonPlaced, tasksStopping        time.Time
+	daemonStarted                      time.Time
 }
 
 // replacementStages reads the cluster's events (the newest the event limit
@@ -107,12 +110,14 @@ func stagesOf(pairs []replacementPair) []Stage {
 		add(stageRegistered, p.launched, p.r.registered)
 		add(stagePlaced, p.r.registered, p.r.daemonPlaced)
 		add(stageActive, p.r.daemonPlaced, p.r.active)
+		add(stageStarted, p.r.daemonPlaced, p.r.daemonStarted)
+		add(stageSteady, p.r.daemonStarted, p.r.active)
 		add(stageTasksMoved, p.r.active, p.x.tasksStopping)
 		add(stageGone, p.x.tasksStopping, p.x.gone)
 		add(stageTotal, p.x.draining, p.x.gone)
 	}
 	var out []Stage
-	for _, name := range []string{stageLaunched, stageRegistered, stagePlaced, stageActive, stageTasksMoved, stageGone, stageTotal} {
+	for _, name := range []string{stageLaunched, stageRegistered, stagePlaced, stageActive, stageStarted, stageSteady, stageTasksMoved, stageGone, stageTotal} {
 		v := d[name]
 		if len(v) == 0 {
 			continue
@@ -125,8 +130,8 @@ func stagesOf(pairs []replacementPair) []Stage {
 }
 
 // eventTimes gathers, by container instance ARN, the moments its events
-// tell: the first of each status, its daemon task's creation, the first
-// application task told to stop.
+// tell: the first of each status, its daemon task's creation and start,
+// the first application task told to stop.
 func eventTimes(evs []events.Event) map[string]*instanceTimes {
 	out := map[string]*instanceTimes{}
 	at := func(arn string) *instanceTimes {
@@ -163,6 +168,7 @@ func eventTimes(evs []events.Event) map[string]*instanceTimes {
 				Group         string `json:"group"`
 				DesiredStatus string `json:"desiredStatus"`
 				CreatedAt     string `json:"createdAt"`
+				StartedAt     string `json:"startedAt"`
 				UpdatedAt     string `json:"updatedAt"`
 			}
 			if json.Unmarshal(ev.Detail, &d) != nil || d.Arn == "" {
@@ -171,6 +177,7 @@ func eventTimes(evs []events.Event) map[string]*instanceTimes {
 			in := at(d.Arn)
 			if control.IsDaemonGroup(d.Group) {
 				earliest(&in.daemonPlaced, isoTime(d.CreatedAt))
+				earliest(&in.daemonStarted, isoTime(d.StartedAt))
 			} else if d.DesiredStatus == "STOPPED" {
 				earliest(&in.tasksStopping, isoTime(d.UpdatedAt))
 			}

@@ -65,7 +65,8 @@ func (s *Service) NewManagedInstance(ctx context.Context, m ManagedInstance) (Ma
 	cred.Managed = true
 	m.AccessKeyID = cred.AccessKeyID
 	m.LaunchedAt = s.now()
-	_, err := s.st.Txn().Create(ManagedInstanceKey(m.Cluster, m.ID), m).Create(store.CredentialKey(cred.AccessKeyID), cred).Commit(ctx)
+	// Grouped: a pass launches hundreds side by side.
+	_, err := s.st.Txn().Create(ManagedInstanceKey(m.Cluster, m.ID), m).Create(store.CredentialKey(cred.AccessKeyID), cred).CommitGrouped(ctx)
 	return m, cred, storeErr(err)
 }
 

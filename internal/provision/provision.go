@@ -36,3 +36,21 @@ type Provisioner interface {
 	// Alive reports whether the instance is still running.
 	Alive(ctx context.Context, handle string) (bool, error)
 }
+
+// BatchLauncher is a Provisioner that launches many instances in one call,
+// as a cloud's run-instances call takes a count: a rollout that asks for
+// hundreds of replacements at once then makes a few calls, inside the
+// API's rate limits, instead of hundreds that queue.
+type BatchLauncher interface {
+	Provisioner
+	// LaunchBatch launches the instances and returns, in the order of
+	// reqs, each one's handle or why it did not launch: one may fail and
+	// the others start.
+	LaunchBatch(ctx context.Context, reqs []Request) []Launched
+}
+
+// Launched is the outcome of one request of a batch.
+type Launched struct {
+	Handle string
+	Err    error
+}

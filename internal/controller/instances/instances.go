@@ -10,7 +10,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -465,45 +467,84 @@ type retirement struct {
 
 // dispatch terminates instances, starts the requested replacements and
 // launches instances of the given sizes in the background, at most
-// launchWorkers launches and as many terminations at a time over all
-// passes. Failed launches of one pass count once toward the capacity
-// provider's launch backoff; a later pass tries again.
+// launchWorkers provisioner calls for launches and as many terminations at
+// a time over all passes. A provisioner that launches in batches gets the
+// pass's launches up to launchBatch a call. Failed launches of one pass
+// count once toward the capacity provider's launch backoff; a later pass
+// tries again.
 func (r *Reconciler) dispatch(ctx context.Context, cluster, cp string, retire []retirement, replacements []store.Item[control.ManagedInstance], sizes []bin, dc, dm int, now time.Time) {
 	launchFailed := new(sync.Once)
 	for _, t := range retire {
-		r.run(ctx, t.m.Value.ID, act{}, cp, "terminate instance "+t.m.Value.ID, nil, func() error { return r.terminate(ctx, t.m, t.registered, t.ci, t.reason) })
+		r.run(ctx, []actOn{{id: t.m.Value.ID}}, cp, "terminate instance "+t.m.Value.ID, nil, now,
+			func() error { return r.terminate(ctx, t.m, t.registered, t.ci, t.reason) })
 	}
+	var launches []launching
 	for _, m := range replacements {
-		r.run(ctx, m.Value.ID, act{launch: true}, cp, "launch replacement instance "+m.Value.ID, launchFailed, func() error { return r.start(ctx, m) })
+		launches = append(launches, launching{actOn: actOn{id: m.Value.ID, a: act{launch: true}},
+			record: func() (store.Item[control.ManagedInstance], error) { return m, nil }})
 	}
 	for _, b := range sizes {
 		id := newInstanceID()
-		r.run(ctx, id, act{launch: true, room: bin{cpu: b.cpu - dc, mem: b.mem - dm}}, cp, "launch managed instance "+id, launchFailed,
-			func() error { return r.launch(ctx, cluster, cp, id, b.cpu, b.mem) })
+		launches = append(launches, launching{actOn: actOn{id: id, a: act{launch: true, room: bin{cpu: b.cpu - dc, mem: b.mem - dm}}},
+			record: func() (store.Item[control.ManagedInstance], error) {
+				return r.newRecord(ctx, cluster, cp, id, b.cpu, b.mem)
+			}})
+	}
+	size := 1
+	if _, ok := r.Provisioner.(provision.BatchLauncher); ok {
+		size = launchBatch
+	}
+	for batch := range slices.Chunk(launches, size) {
+		acts := make([]actOn, len(batch))
+		for i, l := range batch {
+			acts[i] = l.actOn
+		}
+		what := "launch managed instance " + batch[0].id
+		if len(batch) > 1 {
+			what = fmt.Sprintf("launch %d managed instances", len(batch))
+		}
+		r.run(ctx, acts, cp, what, launchFailed, now, func() error { return r.start(ctx, batch) })
 	}
 }
 
-// run records an act as in flight and carries it out in the background.
-func (r *Reconciler) run(ctx context.Context, id string, a act, cp, what string, launchFailed *sync.Once, fn func() error) {
+// actOn is an act on one managed instance.
+type actOn struct {
+	id string
+	a  act
+}
+
+// launching is an instance to launch and how to get its record: a
+// replacement's exists, an instance for waiting tasks is recorded first.
+type launching struct {
+	actOn
+	record func() (store.Item[control.ManagedInstance], error)
+}
+
+// run records acts as in flight and carries them out in the background, in
+// one worker's turn.
+func (r *Reconciler) run(ctx context.Context, acts []actOn, cp, what string, launchFailed *sync.Once, now time.Time, fn func() error) {
 	r.mu.Lock()
 	if r.acting == nil {
 		r.acting = map[string]act{}
 		r.launchers = make(chan struct{}, launchWorkers)
 		r.stoppers = make(chan struct{}, launchWorkers)
 	}
-	r.acting[id] = a
+	for _, a := range acts {
+		r.acting[a.id] = a.a
+	}
 	workers := r.stoppers
-	if a.launch {
+	if acts[0].a.launch {
 		workers = r.launchers
 	}
 	r.mu.Unlock()
-	now := r.Now()
 	r.inFlight.Go(func() {
 		// Forgotten only once its writes are done: a pass that no longer
 		// sees it in flight reads what it wrote.
 		defer func() {
 			r.mu.Lock()
-			delete(r.acting, id)
+			for _, a := range acts {
+				delete(r.acting, a.id)
+			}
 			r.mu.Unlock()
 		}()
 		select {
@@ -546,6 +587,10 @@ func (r *Reconciler) Wait() { r.inFlight.Wait() }
 // is a provisioner call and a few writes, waiting more than working, and a
 // 25% rollout of 5,000 instances asks for 1,250 of each at once.
 const launchWorkers = 64
+
+// launchBatch bounds the instances one provisioner call launches, where
+// the provisioner takes batches.
+const launchBatch = 50
 
 // MaxLaunches bounds the instances one pass launches: thousands of
 // waiting tasks get theirs over a few passes, each pass's writes bounded.
@@ -593,25 +638,77 @@ func newInstanceID() string {
 	return "mi-" + hex.EncodeToString(b[:])
 }
 
-func (r *Reconciler) launch(ctx context.Context, cluster, cp, id string, cpu, mem int) error {
+// newRecord records a managed instance to launch for waiting tasks.
+func (r *Reconciler) newRecord(ctx context.Context, cluster, cp, id string, cpu, mem int) (store.Item[control.ManagedInstance], error) {
 	m, _, err := r.Svc.NewManagedInstance(ctx, control.ManagedInstance{ID: id, Cluster: cluster,
 		CapacityProvider: cp, Provisioner: r.Provisioner.Name(), CPU: cpu, MemoryMiB: mem})
 	if err != nil {
-		return err
+		return store.Item[control.ManagedInstance]{}, err
 	}
-	it, err := store.Get[control.ManagedInstance](ctx, r.Store, control.ManagedInstanceKey(cluster, m.ID))
-	if err != nil {
-		return err
-	}
-	return r.start(ctx, it)
+	return store.Get[control.ManagedInstance](ctx, r.Store, control.ManagedInstanceKey(cluster, m.ID))
 }
 
-// start asks the provisioner for a recorded instance and notes its handle.
-func (r *Reconciler) start(ctx context.Context, it store.Item[control.ManagedInstance]) error {
-	m := it.Value
+// start asks the provisioner for recorded instances, in one call where it
+// takes batches, and notes their handles. The error names each instance
+// that did not launch; the others are launched.
+func (r *Reconciler) start(ctx context.Context, batch []launching) error {
+	// Records are made side by side: each is a write of its own.
+	type prepared struct {
+		it  store.Item[control.ManagedInstance]
+		req provision.Request
+		err error
+	}
+	ready := make([]prepared, len(batch))
+	var wg sync.WaitGroup
+	for i, l := range batch {
+		wg.Go(func() {
+			p := &ready[i]
+			if p.it, p.err = l.record(); p.err == nil {
+				p.req, p.err = r.request(ctx, p.it.Value)
+			}
+		})
+	}
+	wg.Wait()
+	var errs []error
+	items := make([]store.Item[control.ManagedInstance], 0, len(batch))
+	reqs := make([]provision.Request, 0, len(batch))
+	for i, p := range ready {
+		if p.err != nil {
+			errs = append(errs, fmt.Errorf("instance %s: %w", batch[i].id, p.err))
+			continue
+		}
+		items, reqs = append(items, p.it), append(reqs, p.req)
+	}
+	var launched []provision.Launched
+	if bl, ok := r.Provisioner.(provision.BatchLauncher); ok && len(reqs) > 0 {
+		launched = bl.LaunchBatch(ctx, reqs)
+	} else {
+		for _, req := range reqs {
+			h, err := r.Provisioner.Launch(ctx, req)
+			launched = append(launched, provision.Launched{Handle: h, Err: err})
+		}
+	}
+	var noted []store.Item[control.ManagedInstance]
+	handles := map[string]string{}
+	for i, it := range items {
+		if err := launched[i].Err; err != nil {
+			errs = append(errs, fmt.Errorf("instance %s: %w", it.Value.ID, err))
+			continue
+		}
+		noted = append(noted, it)
+		handles[it.Key] = launched[i].Handle
+	}
+	if err := r.noteHandles(ctx, noted, handles); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// request is what the provisioner is asked for to launch m.
+func (r *Reconciler) request(ctx context.Context, m control.ManagedInstance) (provision.Request, error) {
 	cred, err := store.Get[store.AgentCredential](ctx, r.Store, store.CredentialKey(m.AccessKeyID))
 	if err != nil {
-		return err
+		return provision.Request{}, err
 	}
 	env := map[string]string{
 		"CAPSTAN_ENDPOINT":      r.Svc.Endpoint(),
@@ -628,21 +725,48 @@ func (r *Reconciler) start(ctx context.Context, it store.Item[control.ManagedIns
 	for k, v := range r.AgentEnv {
 		env[k] = v
 	}
-	handle, err := r.Provisioner.Launch(ctx, provision.Request{ID: m.ID, Cluster: m.Cluster, CapacityProvider: m.CapacityProvider, CPU: m.CPU, MemoryMiB: m.MemoryMiB, Env: env})
-	if err != nil {
-		return err
+	return provision.Request{ID: m.ID, Cluster: m.Cluster, CapacityProvider: m.CapacityProvider, CPU: m.CPU, MemoryMiB: m.MemoryMiB, Env: env}, nil
+}
+
+// noteHandles records the launched instances' handles, in one transaction
+// while none of the records changed since they were read, else one at a
+// time. The handles must stick: without one an instance would be launched
+// twice.
+func (r *Reconciler) noteHandles(ctx context.Context, items []store.Item[control.ManagedInstance], handles map[string]string) error {
+	if len(items) == 0 {
+		return nil
 	}
-	// The handle must stick: without it the instance would be launched twice.
-	return store.Retry(ctx, func() error {
-		cur, err := store.Get[control.ManagedInstance](ctx, r.Store, it.Key)
-		if err != nil {
+	now := r.Now()
+	note := func(v control.ManagedInstance, key string) control.ManagedInstance {
+		v.Handle, v.Provisioner, v.LaunchedAt = handles[key], r.Provisioner.Name(), now
+		return v
+	}
+	if len(items) > 1 && len(items) <= r.Store.MaxTxnOps() {
+		txn := r.Store.Txn()
+		for _, it := range items {
+			txn.Update(it.Key, it.Rev, note(it.Value, it.Key))
+		}
+		if _, err := txn.Commit(ctx); err == nil {
+			return nil
+		} else if !errors.Is(err, store.ErrConflict) {
 			return err
 		}
-		v := cur.Value
-		v.Handle, v.Provisioner, v.LaunchedAt = handle, r.Provisioner.Name(), r.Now()
-		_, err = r.Store.Txn().Update(cur.Key, cur.Rev, v).Commit(ctx)
-		return err
-	})
+	}
+	var errs []error
+	for _, it := range items {
+		err := store.Retry(ctx, func() error {
+			cur, err := store.Get[control.ManagedInstance](ctx, r.Store, it.Key)
+			if err != nil {
+				return err
+			}
+			_, err = r.Store.Txn().Update(cur.Key, cur.Rev, note(cur.Value, cur.Key)).Commit(ctx)
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("instance %s: note handle: %w", it.Value.ID, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // scaleIn drains an instance without application tasks once it has been

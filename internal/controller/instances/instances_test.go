@@ -2,7 +2,9 @@ package instances_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -187,6 +189,98 @@ func (g *gatedProvisioner) Launch(ctx context.Context, req provision.Request) (s
 	return g.Provisioner.Launch(ctx, req)
 }
 
+// LaunchBatch holds each launch as Launch does.
+func (g *gatedProvisioner) LaunchBatch(ctx context.Context, reqs []provision.Request) []provision.Launched {
+	out := make([]provision.Launched, len(reqs))
+	for i, req := range reqs {
+		out[i].Handle, out[i].Err = g.Launch(ctx, req)
+	}
+	return out
+}
+
+// batchRecorder notes the requests of each batch call and refuses the
+// first request of the first one.
+type batchRecorder struct {
+	*simprov.Provisioner
+	mu      sync.Mutex
+	calls   [][]string
+	refused string
+}
+
+func (b *batchRecorder) Launch(context.Context, provision.Request) (string, error) {
+	panic("a provisioner that takes batches was called for one instance")
+}
+
+func (b *batchRecorder) LaunchBatch(ctx context.Context, reqs []provision.Request) []provision.Launched {
+	b.mu.Lock()
+	var ids []string
+	for _, r := range reqs {
+		ids = append(ids, r.ID)
+	}
+	b.calls = append(b.calls, ids)
+	refuse := len(b.calls) == 1
+	if refuse {
+		b.refused = reqs[0].ID
+	}
+	b.mu.Unlock()
+	if !refuse {
+		return b.Provisioner.LaunchBatch(ctx, reqs)
+	}
+	out := append([]provision.Launched{{Err: errors.New("capacity not available")}}, b.Provisioner.LaunchBatch(ctx, reqs[1:])...)
+	return out
+}
+
+// A provisioner that takes batches gets a pass's launches in one call, and
+// one instance it cannot launch does not hold back the others.
+func TestLaunchesGoInBatches(t *testing.T) {
+	ctx := context.Background()
+	var br *batchRecorder
+	c, big := bigTaskServer(t, time.Second, func(p *simprov.Provisioner) provision.Provisioner {
+		br = &batchRecorder{Provisioner: p}
+		return br
+	})
+	run, err := c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("sim"), TaskDefinition: big, Count: aws.Int32(6),
+		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("hollow")}}})
+	if err != nil || len(run.Tasks) != 6 {
+		t.Fatalf("run task: %v %v", run, err)
+	}
+	var arns []string
+	for _, tk := range run.Tasks {
+		arns = append(arns, aws.ToString(tk.TaskArn))
+	}
+	// Five instances launched; each of five tasks fills one.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := c.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String("sim"), Tasks: arns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		on := map[string]bool{}
+		for _, tk := range out.Tasks {
+			if aws.ToString(tk.LastStatus) == "RUNNING" {
+				on[aws.ToString(tk.ContainerInstanceArn)] = true
+			}
+		}
+		if len(on) == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tasks RUNNING on %d instances after a minute, want 5", len(on))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	br.mu.Lock()
+	calls, refused := br.calls, br.refused
+	br.mu.Unlock()
+	if len(calls) == 0 || len(calls[0]) != 6 {
+		t.Fatalf("launch calls %v: want the first to ask for all 6 instances", calls)
+	}
+	held := br.Handles()
+	if len(held) != 5 || slices.Contains(held, refused) {
+		t.Fatalf("provisioner holds %v; want the 5 launched, not the refused %s", held, refused)
+	}
+}
+
 // A pass does not wait for its launches: a task that waits for room is
 // placed on an instance that frees up while another instance's launch
 // hangs.
@@ -195,26 +289,12 @@ func TestWaitingTaskPlacedWhileALaunchHangs(t *testing.T) {
 	var gp *gatedProvisioner
 	open := make(chan struct{})
 	close(open)
-	srv := testenv.StartServerWith(t, func(c *server.Config) {
-		c.Provisioner = "sim"
-		c.NewSimProvisioner = func(dir string, delay time.Duration, log *slog.Logger) (provision.Provisioner, error) {
-			p, err := simprov.New(simprov.Config{Dir: dir, Delay: delay, ServerLog: log})
-			if err != nil {
-				return nil, err
-			}
-			gp = &gatedProvisioner{Provisioner: p, gate: open, holding: make(chan string, 16)}
-			return gp, nil
-		}
+	c, big := bigTaskServer(t, 0, func(p *simprov.Provisioner) provision.Provisioner {
+		gp = &gatedProvisioner{Provisioner: p, gate: open, holding: make(chan string, 16)}
+		return gp
 	})
-	c := clientOf(t, srv)
-	hollowProvider(t, c)
-	app, err := c.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String("big"),
-		ContainerDefinitions: []types.ContainerDefinition{{Name: aws.String("app"), Image: aws.String("example/app:1"), Cpu: 768, Memory: aws.Int32(512)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	runOne := func() string {
-		run, err := c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("sim"), TaskDefinition: app.TaskDefinition.TaskDefinitionArn,
+		run, err := c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("sim"), TaskDefinition: big,
 			CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("hollow")}}})
 		if err != nil || len(run.Tasks) != 1 {
 			t.Fatalf("run task: %v %v", run, err)
@@ -292,4 +372,31 @@ func TestRetiredInstancesAgentStops(t *testing.T) {
 			t.Errorf("the retired instance's agent tried to register again: %s", line)
 		}
 	}
+}
+
+// bigTaskServer starts a server whose sim provisioner (boot delay given)
+// is wrapped, with the hollow capacity provider and a task definition
+// that fills most of an instance; it returns a client and the
+// definition's ARN.
+func bigTaskServer(t *testing.T, delay time.Duration, wrap func(*simprov.Provisioner) provision.Provisioner) (*ecs.Client, *string) {
+	t.Helper()
+	srv := testenv.StartServerWith(t, func(c *server.Config) {
+		c.Provisioner = "sim"
+		c.SimProvisionDelay = delay
+		c.NewSimProvisioner = func(dir string, delay time.Duration, log *slog.Logger) (provision.Provisioner, error) {
+			p, err := simprov.New(simprov.Config{Dir: dir, Delay: delay, ServerLog: log})
+			if err != nil {
+				return nil, err
+			}
+			return wrap(p), nil
+		}
+	})
+	c := clientOf(t, srv)
+	hollowProvider(t, c)
+	app, err := c.RegisterTaskDefinition(context.Background(), &ecs.RegisterTaskDefinitionInput{Family: aws.String("big"),
+		ContainerDefinitions: []types.ContainerDefinition{{Name: aws.String("app"), Image: aws.String("example/app:1"), Cpu: 768, Memory: aws.Int32(512)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, app.TaskDefinition.TaskDefinitionArn
 }

@@ -173,6 +173,15 @@ func (p *Provisioner) Launch(_ context.Context, req provision.Request) (string, 
 	return req.ID, nil
 }
 
+// LaunchBatch launches each instance as Launch does.
+func (p *Provisioner) LaunchBatch(ctx context.Context, reqs []provision.Request) []provision.Launched {
+	out := make([]provision.Launched, len(reqs))
+	for i, req := range reqs {
+		out[i].Handle, out[i].Err = p.Launch(ctx, req)
+	}
+	return out
+}
+
 func (p *Provisioner) get(handle string) *instance {
 	p.mu.Lock()
 	defer p.mu.Unlock()
