@@ -329,6 +329,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 			later(time.Second)
 		case cp.Status == "INACTIVE" || m.Value.Terminating || (registered && ci.Status == "INACTIVE"):
 			retire = append(retire, retirement{m, registered, ci, "instance retired"})
+		case m.Value.Handle == "" && !m.Value.Requested && !registered:
+			// Its launch failed, or the server stopped before it: nothing
+			// runs. Counted as coming it would hold its tasks until the
+			// register timeout; forgotten, they get an instance of a later
+			// pass, after the launch backoff.
+			retire = append(retire, retirement{m, false, ci, "launch failed"})
 		case m.Value.Handle != "" && !alive:
 			// The instance is gone: its tasks cannot run any more.
 			r.Log.Warn("managed instance lost", "instance", m.Value.ID, "container_instance", ci.Arn)

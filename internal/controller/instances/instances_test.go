@@ -249,26 +249,7 @@ func TestLaunchesGoInBatches(t *testing.T) {
 		arns = append(arns, aws.ToString(tk.TaskArn))
 	}
 	// Five instances launched; each of five tasks fills one.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		out, err := c.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String("sim"), Tasks: arns})
-		if err != nil {
-			t.Fatal(err)
-		}
-		on := map[string]bool{}
-		for _, tk := range out.Tasks {
-			if aws.ToString(tk.LastStatus) == "RUNNING" {
-				on[aws.ToString(tk.ContainerInstanceArn)] = true
-			}
-		}
-		if len(on) == 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tasks RUNNING on %d instances after a minute, want 5", len(on))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitRunningOn(t, c, arns, 5, time.Minute)
 	br.mu.Lock()
 	calls, refused := br.calls, br.refused
 	br.mu.Unlock()
@@ -278,6 +259,39 @@ func TestLaunchesGoInBatches(t *testing.T) {
 	held := br.Handles()
 	if len(held) != 5 || slices.Contains(held, refused) {
 		t.Fatalf("provisioner holds %v; want the 5 launched, not the refused %s", held, refused)
+	}
+	// The refused instance's record is forgotten at once, not counted on
+	// until the register timeout (2 minutes): the sixth task gets an
+	// instance of its own after the launch backoff (5 s).
+	waitRunningOn(t, c, arns, 6, 30*time.Second)
+	held = br.Handles()
+	if len(held) != 6 || slices.Contains(held, refused) {
+		t.Fatalf("provisioner holds %v; want 6 launched, not the refused %s", held, refused)
+	}
+}
+
+// waitRunningOn waits until the tasks run on want instances.
+func waitRunningOn(t *testing.T, c *ecs.Client, arns []string, want int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		out, err := c.DescribeTasks(context.Background(), &ecs.DescribeTasksInput{Cluster: aws.String("sim"), Tasks: arns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		on := map[string]bool{}
+		for _, tk := range out.Tasks {
+			if aws.ToString(tk.LastStatus) == "RUNNING" {
+				on[aws.ToString(tk.ContainerInstanceArn)] = true
+			}
+		}
+		if len(on) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tasks RUNNING on %d instances after %s, want %d", len(on), within, want)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
