@@ -35,6 +35,10 @@ const (
 	DefaultScaleInAfter = 5 * time.Minute
 	// RegisterTimeout is how long a launched instance may take to register.
 	RegisterTimeout = 2 * time.Minute
+	// UnlaunchedGrace is how long a new instance's record without a
+	// launch (the provisioner refused it, or a server stopped around the
+	// call) is kept before it is dropped.
+	UnlaunchedGrace = 15 * time.Second
 	// LostAfter is how long an instance may stay without a session (its
 	// agent alive but cut off) before it is replaced: past it the
 	// instance's tasks cannot be trusted to run, and its agent is stopped
@@ -330,10 +334,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 		case cp.Status == "INACTIVE" || m.Value.Terminating || (registered && ci.Status == "INACTIVE"):
 			retire = append(retire, retirement{m, registered, ci, "instance retired"})
 		case m.Value.Handle == "" && !m.Value.Requested && !registered:
-			// Its launch failed, or the server stopped before it: nothing
-			// runs. Counted as coming it would hold its tasks until the
-			// register timeout; forgotten, they get an instance of a later
-			// pass, after the launch backoff.
+			// Its launch failed, or a server stopped around the call.
+			// Counted as coming it would hold its tasks until the register
+			// timeout; forgotten, they get an instance of a later pass.
+			// The grace lets one launched just before a server stopped
+			// register and be kept, not left running unknown.
+			if wait := UnlaunchedGrace - now.Sub(m.Value.LaunchedAt); wait > 0 {
+				starting(m.Value, ci, false)
+				later(wait)
+				continue
+			}
 			retire = append(retire, retirement{m, false, ci, "launch failed"})
 		case m.Value.Handle != "" && !alive:
 			// The instance is gone: its tasks cannot run any more.

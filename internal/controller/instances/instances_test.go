@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
+	"github.com/capstanhq/capstan/internal/controller/instances"
 	"github.com/capstanhq/capstan/internal/provision"
 	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/server"
@@ -90,15 +91,7 @@ func runAndWait(t *testing.T, c *ecs.Client, prov *simprov.Provisioner, family s
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, err := c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("sim"), TaskDefinition: app.TaskDefinition.TaskDefinitionArn, Count: aws.Int32(count),
-		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("hollow")}}})
-	if err != nil || len(run.Tasks) != int(count) {
-		t.Fatalf("run task: %v %v", run, err)
-	}
-	var arns []string
-	for _, tk := range run.Tasks {
-		arns = append(arns, aws.ToString(tk.TaskArn))
-	}
+	arns := runHollow(t, c, app.TaskDefinition.TaskDefinitionArn, count)
 	atFirst = -1
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -205,6 +198,9 @@ type batchRecorder struct {
 	mu      sync.Mutex
 	calls   [][]string
 	refused string
+	// launchRefused launches the refused instance all the same, as a call
+	// that timed out after the cloud started it.
+	launchRefused bool
 }
 
 func (b *batchRecorder) Launch(context.Context, provision.Request) (string, error) {
@@ -226,28 +222,23 @@ func (b *batchRecorder) LaunchBatch(ctx context.Context, reqs []provision.Reques
 	if !refuse {
 		return b.Provisioner.LaunchBatch(ctx, reqs)
 	}
-	out := append([]provision.Launched{{Err: errors.New("capacity not available")}}, b.Provisioner.LaunchBatch(ctx, reqs[1:])...)
-	return out
+	if b.launchRefused {
+		out := b.Provisioner.LaunchBatch(ctx, reqs)
+		out[0] = provision.Launched{Err: errors.New("launch call timed out")}
+		return out
+	}
+	return append([]provision.Launched{{Err: errors.New("capacity not available")}}, b.Provisioner.LaunchBatch(ctx, reqs[1:])...)
 }
 
 // A provisioner that takes batches gets a pass's launches in one call, and
 // one instance it cannot launch does not hold back the others.
 func TestLaunchesGoInBatches(t *testing.T) {
-	ctx := context.Background()
 	var br *batchRecorder
 	c, big := bigTaskServer(t, time.Second, func(p *simprov.Provisioner) provision.Provisioner {
 		br = &batchRecorder{Provisioner: p}
 		return br
 	})
-	run, err := c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("sim"), TaskDefinition: big, Count: aws.Int32(6),
-		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("hollow")}}})
-	if err != nil || len(run.Tasks) != 6 {
-		t.Fatalf("run task: %v %v", run, err)
-	}
-	var arns []string
-	for _, tk := range run.Tasks {
-		arns = append(arns, aws.ToString(tk.TaskArn))
-	}
+	arns := runHollow(t, c, big, 6)
 	// Five instances launched; each of five tasks fills one.
 	waitRunningOn(t, c, arns, 5, time.Minute)
 	br.mu.Lock()
@@ -260,14 +251,52 @@ func TestLaunchesGoInBatches(t *testing.T) {
 	if len(held) != 5 || slices.Contains(held, refused) {
 		t.Fatalf("provisioner holds %v; want the 5 launched, not the refused %s", held, refused)
 	}
-	// The refused instance's record is forgotten at once, not counted on
-	// until the register timeout (2 minutes): the sixth task gets an
-	// instance of its own after the launch backoff (5 s).
-	waitRunningOn(t, c, arns, 6, 30*time.Second)
+	// The refused instance's record is dropped after UnlaunchedGrace (15
+	// s), not counted on until the register timeout (2 minutes): the sixth
+	// task gets an instance of its own well before that.
+	waitRunningOn(t, c, arns, 6, 45*time.Second)
 	held = br.Handles()
 	if len(held) != 6 || slices.Contains(held, refused) {
 		t.Fatalf("provisioner holds %v; want 6 launched, not the refused %s", held, refused)
 	}
+}
+
+// An instance whose launch call failed after it started (no handle
+// noted) registers within UnlaunchedGrace and is kept: its task runs on
+// it and no other instance is launched in its place.
+func TestUnnotedLaunchThatRegistersIsKept(t *testing.T) {
+	var br *batchRecorder
+	c, big := bigTaskServer(t, time.Second, func(p *simprov.Provisioner) provision.Provisioner {
+		br = &batchRecorder{Provisioner: p, launchRefused: true}
+		return br
+	})
+	arns := runHollow(t, c, big, 3)
+	waitRunningOn(t, c, arns, 3, time.Minute)
+	// Past the grace, still the same three instances.
+	time.Sleep(instances.UnlaunchedGrace + 2*time.Second)
+	waitRunningOn(t, c, arns, 3, time.Second)
+	br.mu.Lock()
+	refused := br.refused
+	br.mu.Unlock()
+	if held := br.Handles(); len(held) != 3 || !slices.Contains(held, refused) {
+		t.Fatalf("provisioner holds %v; want the 3 launched, %s among them", held, refused)
+	}
+}
+
+// runHollow runs n tasks of the definition on the hollow provider and
+// returns their ARNs.
+func runHollow(t *testing.T, c *ecs.Client, def *string, n int32) []string {
+	t.Helper()
+	run, err := c.RunTask(context.Background(), &ecs.RunTaskInput{Cluster: aws.String("sim"), TaskDefinition: def, Count: aws.Int32(n),
+		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("hollow")}}})
+	if err != nil || len(run.Tasks) != int(n) {
+		t.Fatalf("run task: %v %v", run, err)
+	}
+	var arns []string
+	for _, tk := range run.Tasks {
+		arns = append(arns, aws.ToString(tk.TaskArn))
+	}
+	return arns
 }
 
 // waitRunningOn waits until the tasks run on want instances.
