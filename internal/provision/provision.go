@@ -54,3 +54,22 @@ type Launched struct {
 	Handle string
 	Err    error
 }
+
+// LaunchEach launches reqs one Launch call at a time, as a batch: for
+// provisioners whose API takes one instance a call.
+func LaunchEach(ctx context.Context, p Provisioner, reqs []Request) []Launched {
+	out := make([]Launched, len(reqs))
+	for i, req := range reqs {
+		out[i].Handle, out[i].Err = p.Launch(ctx, req)
+	}
+	return out
+}
+
+// LaunchAll launches reqs in one LaunchBatch call where p takes batches,
+// else one at a time.
+func LaunchAll(ctx context.Context, p Provisioner, reqs []Request) []Launched {
+	if bl, ok := p.(BatchLauncher); ok && len(reqs) > 0 {
+		return bl.LaunchBatch(ctx, reqs)
+	}
+	return LaunchEach(ctx, p, reqs)
+}

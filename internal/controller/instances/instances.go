@@ -695,15 +695,7 @@ func (r *Reconciler) start(ctx context.Context, batch []launching) error {
 		}
 		items, reqs = append(items, p.it), append(reqs, p.req)
 	}
-	var launched []provision.Launched
-	if bl, ok := r.Provisioner.(provision.BatchLauncher); ok && len(reqs) > 0 {
-		launched = bl.LaunchBatch(ctx, reqs)
-	} else {
-		for _, req := range reqs {
-			h, err := r.Provisioner.Launch(ctx, req)
-			launched = append(launched, provision.Launched{Handle: h, Err: err})
-		}
-	}
+	launched := provision.LaunchAll(ctx, r.Provisioner, reqs)
 	var noted []store.Item[control.ManagedInstance]
 	handles := map[string]string{}
 	for i, it := range items {

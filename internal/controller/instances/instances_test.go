@@ -184,11 +184,7 @@ func (g *gatedProvisioner) Launch(ctx context.Context, req provision.Request) (s
 
 // LaunchBatch holds each launch as Launch does.
 func (g *gatedProvisioner) LaunchBatch(ctx context.Context, reqs []provision.Request) []provision.Launched {
-	out := make([]provision.Launched, len(reqs))
-	for i, req := range reqs {
-		out[i].Handle, out[i].Err = g.Launch(ctx, req)
-	}
-	return out
+	return provision.LaunchEach(ctx, g, reqs)
 }
 
 // batchRecorder notes the requests of each batch call and refuses the

@@ -175,11 +175,7 @@ func (p *Provisioner) Launch(_ context.Context, req provision.Request) (string, 
 
 // LaunchBatch launches each instance as Launch does.
 func (p *Provisioner) LaunchBatch(ctx context.Context, reqs []provision.Request) []provision.Launched {
-	out := make([]provision.Launched, len(reqs))
-	for i, req := range reqs {
-		out[i].Handle, out[i].Err = p.Launch(ctx, req)
-	}
-	return out
+	return provision.LaunchEach(ctx, p, reqs)
 }
 
 func (p *Provisioner) get(handle string) *instance {
