@@ -37,6 +37,9 @@ const (
 	stageStarted    = "4a R daemon placed → started"
 	stageSteady     = "4b R daemon started → ACTIVE"
 	stageTasksMoved = "5 R ACTIVE → X's tasks told to stop"
+	stageAppPlaced  = "5a R ACTIVE → an application task placed on R"
+	stageAppStarted = "5b R's application task placed → started"
+	stageAppMoved   = "5c R's application task started → X's told to stop"
 	stageGone       = "6 X's tasks told to stop → X deregistered"
 	stageTotal      = "X draining → X deregistered"
 )
@@ -46,6 +49,7 @@ type instanceTimes struct {
 	registered, draining, active, gone time.Time
 	daemonPlaced, tasksStopping        time.Time
 	daemonStarted                      time.Time
+	appPlaced, appStarted              time.Time // its first application task's
 }
 
 // replacementStages reads the cluster's events (the newest the event limit
@@ -113,11 +117,14 @@ func stagesOf(pairs []replacementPair) []Stage {
 		add(stageStarted, p.r.daemonPlaced, p.r.daemonStarted)
 		add(stageSteady, p.r.daemonStarted, p.r.active)
 		add(stageTasksMoved, p.r.active, p.x.tasksStopping)
+		add(stageAppPlaced, p.r.active, p.r.appPlaced)
+		add(stageAppStarted, p.r.appPlaced, p.r.appStarted)
+		add(stageAppMoved, p.r.appStarted, p.x.tasksStopping)
 		add(stageGone, p.x.tasksStopping, p.x.gone)
 		add(stageTotal, p.x.draining, p.x.gone)
 	}
 	var out []Stage
-	for _, name := range []string{stageLaunched, stageRegistered, stagePlaced, stageActive, stageStarted, stageSteady, stageTasksMoved, stageGone, stageTotal} {
+	for _, name := range []string{stageLaunched, stageRegistered, stagePlaced, stageActive, stageStarted, stageSteady, stageTasksMoved, stageAppPlaced, stageAppStarted, stageAppMoved, stageGone, stageTotal} {
 		v := d[name]
 		if len(v) == 0 {
 			continue
@@ -131,7 +138,7 @@ func stagesOf(pairs []replacementPair) []Stage {
 
 // eventTimes gathers, by container instance ARN, the moments its events
 // tell: the first of each status, its daemon task's creation and start,
-// the first application task told to stop.
+// its first application task's, the first application task told to stop.
 func eventTimes(evs []events.Event) map[string]*instanceTimes {
 	out := map[string]*instanceTimes{}
 	at := func(arn string) *instanceTimes {
@@ -178,8 +185,14 @@ func eventTimes(evs []events.Event) map[string]*instanceTimes {
 			if control.IsDaemonGroup(d.Group) {
 				earliest(&in.daemonPlaced, isoTime(d.CreatedAt))
 				earliest(&in.daemonStarted, isoTime(d.StartedAt))
-			} else if d.DesiredStatus == "STOPPED" {
-				earliest(&in.tasksStopping, isoTime(d.UpdatedAt))
+			} else {
+				// Its first event naming R: a service's replacement is
+				// created before R exists, and bound to R once R is ACTIVE.
+				earliest(&in.appPlaced, isoTime(d.UpdatedAt))
+				earliest(&in.appStarted, isoTime(d.StartedAt))
+				if d.DesiredStatus == "STOPPED" {
+					earliest(&in.tasksStopping, isoTime(d.UpdatedAt))
+				}
 			}
 		}
 	}

@@ -34,7 +34,8 @@ func startedEvent(t *testing.T, arn, group, desired string, created, started, up
 
 // Each step of a replacement is timed from the events of the two
 // instances: the first of each status, the daemon's placement and start,
-// the first application task told to stop.
+// its first application task's placement and start, the first
+// application task told to stop.
 func TestReplacementStages(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -47,6 +48,8 @@ func TestReplacementStages(t *testing.T) {
 		taskEvent(t, r, "daemon:agent", "RUNNING", at(2), at(2.5)),
 		startedEvent(t, r, "daemon:agent", "RUNNING", at(2), at(3), at(3.2)),
 		ciEvent(t, r, "ACTIVE", at(1.5), at(4)),
+		startedEvent(t, r, "service:web", "RUNNING", at(0.5), time.Time{}, at(4.25)), // created unplaced
+		startedEvent(t, r, "service:web", "RUNNING", at(0.5), at(4.5), at(4.5)),
 		taskEvent(t, x, "service:web", "RUNNING", at(-90), at(-80)),
 		taskEvent(t, x, "service:web", "STOPPED", at(-90), at(5)),
 		taskEvent(t, x, "service:web", "STOPPED", at(-90), at(5.5)),
@@ -54,7 +57,7 @@ func TestReplacementStages(t *testing.T) {
 	}
 	times := eventTimes(evs)
 	stages := stagesOf([]replacementPair{{x: *times[x], r: *times[r], launched: at(1)}})
-	want := map[string]float64{stageLaunched: 1, stageRegistered: 0.5, stagePlaced: 0.5, stageActive: 2, stageStarted: 1, stageSteady: 1, stageTasksMoved: 1, stageGone: 1, stageTotal: 6}
+	want := map[string]float64{stageLaunched: 1, stageRegistered: 0.5, stagePlaced: 0.5, stageActive: 2, stageStarted: 1, stageSteady: 1, stageTasksMoved: 1, stageAppPlaced: 0.25, stageAppStarted: 0.25, stageAppMoved: 0.5, stageGone: 1, stageTotal: 6}
 	if len(stages) != len(want) {
 		t.Fatalf("stages %+v", stages)
 	}

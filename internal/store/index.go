@@ -48,11 +48,11 @@ type index struct {
 func (c *cache) replay(x index) {
 	x.ix.Reset()
 	full := c.prefix + x.prefix
-	c.tree.Load().AscendGreaterOrEqual(kv{key: full}, func(it kv) bool {
+	c.tree.Load().AscendGreaterOrEqual(item{key: full}, func(it item) bool {
 		if !strings.HasPrefix(it.key, full) {
 			return false
 		}
-		x.ix.Put(it.key[len(c.prefix):], it.value, it.rev)
+		x.ix.Put(it.key[len(c.prefix):], it.e.value, it.e.rev)
 		return true
 	})
 }
