@@ -422,7 +422,12 @@ func (e *Engine) applyDesired(ctx context.Context) {
 				// Count its resources as coming free in this very pass.
 				e.ledger.Releasing(d.Arn)
 			}
-			t.post(msgDesired{task: d})
+			// A manifest lists every task of the instance each time one
+			// changes: the others' entries, as they were, are not news.
+			if k := desiredKeyOf(&d); k != t.posted {
+				t.posted = k
+				t.post(msgDesired{task: d})
+			}
 			continue
 		}
 		if e.gone[d.Arn] {

@@ -386,6 +386,13 @@ func (f *fakeRuntime) spec(id string) runtime.ContainerSpec {
 type memStore struct {
 	mu   sync.Mutex
 	data map[string][]byte
+	n    int // writes
+}
+
+func (s *memStore) puts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
 }
 
 func newMemStore() *memStore { return &memStore{data: map[string][]byte{}} }
@@ -394,6 +401,7 @@ func (s *memStore) PutTask(arn string, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.data[arn] = slices.Clone(data)
+	s.n++
 	return nil
 }
 

@@ -144,14 +144,20 @@ type task struct {
 	seq        uint64
 	announce   bool // report once even if unchanged (after a restore)
 	saved      []byte
+	// savedHead is the saved record but its task, deep-copied, when the
+	// saved record holds desiredJSON as it is: a step that changed neither
+	// (most steps) is known to write nothing without encoding a record.
+	savedHead *record
 	// desiredJSON is desired encoded for the record; nil after desired
-	// changes. The definition is most of a record, and a record is encoded
-	// on every step to see whether it changed.
+	// changes. The definition is most of a record.
 	desiredJSON []byte
-	cleaning    bool
-	cleanupAt   time.Time
-	done        bool
-	ops         sync.WaitGroup
+	// posted is what the engine last handed the task of its desired entry
+	// (the engine's lock guards it).
+	posted    desiredKey
+	cleaning  bool
+	cleanupAt time.Time
+	done      bool
+	ops       sync.WaitGroup
 }
 
 func (e *Engine) taskBase(arn string) *task {
@@ -170,6 +176,7 @@ func (e *Engine) taskBase(arn string) *task {
 func (e *Engine) newTask(d protocol.Task) *task {
 	t := e.taskBase(d.Arn)
 	t.desired = d
+	t.posted = desiredKeyOf(&d)
 	t.publish()
 	t.post(msgDesired{task: d})
 	return t
@@ -347,7 +354,7 @@ func (t *task) onDesired(m msgDesired) {
 	}
 	d := m.task
 	def := t.desired.Definition
-	t.desired, t.desiredJSON = d, nil
+	t.desired, t.desiredJSON, t.savedHead = d, nil, nil
 	if t.hasDef {
 		t.desired.Definition = def // a task's definition never changes
 	} else if len(d.Definition.ContainerDefinitions) > 0 {
@@ -1378,16 +1385,35 @@ func (t *task) report() {
 	}
 }
 
+// desiredKey is what tells two of a task's desired entries apart: the
+// server changes Version with anything it changes, and the definition,
+// overrides and tags are fixed at creation.
+type desiredKey struct {
+	version                                   int64
+	status, code, reason, instance, kind, arn string
+}
+
+func desiredKeyOf(d *protocol.Task) desiredKey {
+	return desiredKey{version: d.Version, status: d.DesiredStatus, code: d.StopCode, reason: d.StoppedReason,
+		instance: d.ContainerInstanceArn, kind: d.Kind, arn: d.Arn}
+}
+
 // persist writes the task record if it changed. A failed write is logged and
 // retried on the next change: reporting goes on, since stalling every task
 // on a broken disk would help nobody.
 func (t *task) persist() {
+	head := t.record()
+	head.Task = protocol.Task{} // stands for desiredJSON, unchanged while savedHead is set
+	if t.savedHead != nil && sameHead(&head, t.savedHead) {
+		return
+	}
 	data, err := t.encodeRecord()
 	if err != nil {
 		t.log.Error("cannot encode task record", "err", err)
 		return
 	}
 	if bytes.Equal(data, t.saved) {
+		t.savedHead = cloneOf(&head)
 		return
 	}
 	for try := 0; ; try++ {
@@ -1398,10 +1424,66 @@ func (t *task) persist() {
 	}
 	if err != nil {
 		t.log.Error("cannot save task record", "err", err)
-		t.saved = nil
+		t.saved, t.savedHead = nil, nil
 		return
 	}
-	t.saved = data
+	t.saved, t.savedHead = data, cloneOf(&head)
+}
+
+// cloneOf is a deep copy of *v: the saved head must not share the slices
+// and pointers that the task's containers change in place.
+func cloneOf[T any](v *T) *T {
+	c := new(T)
+	c2 := deepCopy(reflect.ValueOf(v).Elem())
+	reflect.ValueOf(c).Elem().Set(c2)
+	return c
+}
+
+func deepCopy(v reflect.Value) reflect.Value {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return v
+		}
+		c := reflect.New(v.Type().Elem())
+		c.Elem().Set(deepCopy(v.Elem()))
+		return c
+	case reflect.Slice:
+		if v.IsNil() {
+			return v
+		}
+		c := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		for i := range v.Len() {
+			c.Index(i).Set(deepCopy(v.Index(i)))
+		}
+		return c
+	case reflect.Map:
+		if v.IsNil() {
+			return v
+		}
+		c := reflect.MakeMapWithSize(v.Type(), v.Len())
+		for it := v.MapRange(); it.Next(); {
+			c.SetMapIndex(deepCopy(it.Key()), deepCopy(it.Value()))
+		}
+		return c
+	case reflect.Struct:
+		c := reflect.New(v.Type()).Elem()
+		c.Set(v) // unexported fields (a time's location) are shared as they are
+		for i := range v.NumField() {
+			if f := c.Field(i); f.CanSet() {
+				f.Set(deepCopy(v.Field(i)))
+			}
+		}
+		return c
+	case reflect.Interface:
+		if v.IsNil() {
+			return v
+		}
+		c := reflect.New(v.Type()).Elem()
+		c.Set(deepCopy(v.Elem()))
+		return c
+	}
+	return v
 }
 
 // encodeRecord is the task's record as persisted: record() in JSON, with
