@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/control"
@@ -32,10 +33,12 @@ type Stage struct {
 const (
 	stageLaunched   = "1 X draining → R launched"
 	stageRegistered = "2 R launched → registered"
+	stageConnected  = "2a R registered → its agent connected"
 	stagePlaced     = "3 R registered → daemon placed"
 	stageActive     = "4 R daemon placed → ACTIVE"
 	stageStarted    = "4a R daemon placed → started"
 	stageSteady     = "4b R daemon started → ACTIVE"
+	stageConnStart  = "4c R's agent connected → daemon started"
 	stageTasksMoved = "5 R ACTIVE → X's tasks told to stop"
 	stageAppPlaced  = "5a R ACTIVE → an application task placed on R"
 	stageAppStarted = "5b R's application task placed → started"
@@ -50,6 +53,7 @@ type instanceTimes struct {
 	daemonPlaced, tasksStopping        time.Time
 	daemonStarted                      time.Time
 	appPlaced, appStarted              time.Time // its first application task's
+	connected                          time.Time // its agent's session began
 }
 
 // replacementStages reads the cluster's events (the newest the event limit
@@ -77,6 +81,17 @@ func replacementStages(ctx context.Context, st *store.Store, cluster string, sin
 	for _, c := range cis {
 		arnByKey[c.Value.AccessKeyID] = c.Value.ContainerInstanceArn
 		arnByID[c.Value.ID] = c.Value.ContainerInstanceArn
+	}
+	// The sessions of the instances still registered: the replacements'.
+	sessions, _, err := store.List[store.Session](ctx, st, "sessions/"+cluster+"/", "", 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range sessions {
+		id := s.Key[strings.LastIndex(s.Key, "/")+1:]
+		if in := times[arnByID[id]]; in != nil {
+			in.connected = s.Value.ConnectedAt
+		}
 	}
 	var pairs []replacementPair
 	for _, m := range ms {
@@ -112,10 +127,12 @@ func stagesOf(pairs []replacementPair) []Stage {
 	for _, p := range pairs {
 		add(stageLaunched, p.x.draining, p.launched)
 		add(stageRegistered, p.launched, p.r.registered)
+		add(stageConnected, p.r.registered, p.r.connected)
 		add(stagePlaced, p.r.registered, p.r.daemonPlaced)
 		add(stageActive, p.r.daemonPlaced, p.r.active)
 		add(stageStarted, p.r.daemonPlaced, p.r.daemonStarted)
 		add(stageSteady, p.r.daemonStarted, p.r.active)
+		add(stageConnStart, p.r.connected, p.r.daemonStarted)
 		add(stageTasksMoved, p.r.active, p.x.tasksStopping)
 		add(stageAppPlaced, p.r.active, p.r.appPlaced)
 		add(stageAppStarted, p.r.appPlaced, p.r.appStarted)
@@ -124,7 +141,7 @@ func stagesOf(pairs []replacementPair) []Stage {
 		add(stageTotal, p.x.draining, p.x.gone)
 	}
 	var out []Stage
-	for _, name := range []string{stageLaunched, stageRegistered, stagePlaced, stageActive, stageStarted, stageSteady, stageTasksMoved, stageAppPlaced, stageAppStarted, stageAppMoved, stageGone, stageTotal} {
+	for _, name := range []string{stageLaunched, stageRegistered, stageConnected, stagePlaced, stageActive, stageStarted, stageSteady, stageConnStart, stageTasksMoved, stageAppPlaced, stageAppStarted, stageAppMoved, stageGone, stageTotal} {
 		v := d[name]
 		if len(v) == 0 {
 			continue

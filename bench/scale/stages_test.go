@@ -56,8 +56,9 @@ func TestReplacementStages(t *testing.T) {
 		ciEvent(t, x, "INACTIVE", at(-100), at(6)),
 	}
 	times := eventTimes(evs)
+	times[r].connected = at(1.75) // from R's session record
 	stages := stagesOf([]replacementPair{{x: *times[x], r: *times[r], launched: at(1)}})
-	want := map[string]float64{stageLaunched: 1, stageRegistered: 0.5, stagePlaced: 0.5, stageActive: 2, stageStarted: 1, stageSteady: 1, stageTasksMoved: 1, stageAppPlaced: 0.25, stageAppStarted: 0.25, stageAppMoved: 0.5, stageGone: 1, stageTotal: 6}
+	want := map[string]float64{stageLaunched: 1, stageRegistered: 0.5, stageConnected: 0.25, stageConnStart: 1.25, stagePlaced: 0.5, stageActive: 2, stageStarted: 1, stageSteady: 1, stageTasksMoved: 1, stageAppPlaced: 0.25, stageAppStarted: 0.25, stageAppMoved: 0.5, stageGone: 1, stageTotal: 6}
 	if len(stages) != len(want) {
 		t.Fatalf("stages %+v", stages)
 	}

@@ -74,6 +74,48 @@ func decodeRecord(data []byte) (record, error) {
 	return r, nil
 }
 
+// cloneHead is a deep copy of r without its task: the saved head must not
+// share the slices and pointers that the task's containers change in
+// place. TestCloneHeadSharesNothing holds it to that for every field.
+func (r *record) cloneHead() *record {
+	c := *r
+	c.Task = protocol.Task{}
+	c.State.Containers = cloneEach(r.State.Containers, func(cs protocol.ContainerState) protocol.ContainerState {
+		cs.ExitCode, cs.NetworkBindings = clonePtr(cs.ExitCode), cloneEach(cs.NetworkBindings, cloneBinding)
+		return cs
+	})
+	c.Containers = cloneEach(r.Containers, func(cr containerRecord) containerRecord {
+		cr.ExitCode, cr.Ports = clonePtr(cr.ExitCode), cloneEach(cr.Ports, cloneBinding)
+		return cr
+	})
+	return &c
+}
+
+func cloneBinding(b shapes.NetworkBinding) shapes.NetworkBinding {
+	b.ContainerPort, b.HostPort = clonePtr(b.ContainerPort), clonePtr(b.HostPort)
+	return b
+}
+
+// cloneEach copies s through clone, nil staying nil.
+func cloneEach[T any](s []T, clone func(T) T) []T {
+	if s == nil {
+		return nil
+	}
+	out := make([]T, len(s))
+	for i, v := range s {
+		out[i] = clone(v)
+	}
+	return out
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
 // sameHead reports whether records a and b, but for their tasks, encode
 // alike. It may say no for two that do (equal times held differently),
 // never yes for two that do not: a yes skips a write.

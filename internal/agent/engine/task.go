@@ -1402,18 +1402,24 @@ func desiredKeyOf(d *protocol.Task) desiredKey {
 // retried on the next change: reporting goes on, since stalling every task
 // on a broken disk would help nobody.
 func (t *task) persist() {
-	head := t.record()
-	head.Task = protocol.Task{} // stands for desiredJSON, unchanged while savedHead is set
-	if t.savedHead != nil && sameHead(&head, t.savedHead) {
-		return
+	r := t.record()
+	if t.savedHead != nil {
+		// desiredJSON is as saved while savedHead is set: the rest decides.
+		task := r.Task
+		r.Task = protocol.Task{}
+		same := sameHead(&r, t.savedHead)
+		r.Task = task
+		if same {
+			return
+		}
 	}
-	data, err := t.encodeRecord()
+	data, err := t.encodeRecordOf(r)
 	if err != nil {
 		t.log.Error("cannot encode task record", "err", err)
 		return
 	}
 	if bytes.Equal(data, t.saved) {
-		t.savedHead = cloneOf(&head)
+		t.savedHead = r.cloneHead()
 		return
 	}
 	for try := 0; ; try++ {
@@ -1427,69 +1433,14 @@ func (t *task) persist() {
 		t.saved, t.savedHead = nil, nil
 		return
 	}
-	t.saved, t.savedHead = data, cloneOf(&head)
-}
-
-// cloneOf is a deep copy of *v: the saved head must not share the slices
-// and pointers that the task's containers change in place.
-func cloneOf[T any](v *T) *T {
-	c := new(T)
-	c2 := deepCopy(reflect.ValueOf(v).Elem())
-	reflect.ValueOf(c).Elem().Set(c2)
-	return c
-}
-
-func deepCopy(v reflect.Value) reflect.Value {
-	switch v.Kind() {
-	case reflect.Pointer:
-		if v.IsNil() {
-			return v
-		}
-		c := reflect.New(v.Type().Elem())
-		c.Elem().Set(deepCopy(v.Elem()))
-		return c
-	case reflect.Slice:
-		if v.IsNil() {
-			return v
-		}
-		c := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
-		for i := range v.Len() {
-			c.Index(i).Set(deepCopy(v.Index(i)))
-		}
-		return c
-	case reflect.Map:
-		if v.IsNil() {
-			return v
-		}
-		c := reflect.MakeMapWithSize(v.Type(), v.Len())
-		for it := v.MapRange(); it.Next(); {
-			c.SetMapIndex(deepCopy(it.Key()), deepCopy(it.Value()))
-		}
-		return c
-	case reflect.Struct:
-		c := reflect.New(v.Type()).Elem()
-		c.Set(v) // unexported fields (a time's location) are shared as they are
-		for i := range v.NumField() {
-			if f := c.Field(i); f.CanSet() {
-				f.Set(deepCopy(v.Field(i)))
-			}
-		}
-		return c
-	case reflect.Interface:
-		if v.IsNil() {
-			return v
-		}
-		c := reflect.New(v.Type()).Elem()
-		c.Set(deepCopy(v.Elem()))
-		return c
-	}
-	return v
+	t.saved, t.savedHead = data, r.cloneHead()
 }
 
 // encodeRecord is the task's record as persisted: record() in JSON, with
 // the desired task encoded again only when it changed.
-func (t *task) encodeRecord() ([]byte, error) {
-	r := t.record()
+func (t *task) encodeRecord() ([]byte, error) { return t.encodeRecordOf(t.record()) }
+
+func (t *task) encodeRecordOf(r record) ([]byte, error) {
 	if t.desiredJSON == nil {
 		b, err := json.Marshal(r.Task)
 		if err != nil {
