@@ -85,47 +85,29 @@ func benchScan[T any](b *testing.B, l layout[T], degree int) {
 	}
 }
 
-// The cache tree's costs for each degree with the cache's layout, and for
-// its degree with entries inline, side by side.
-func benchLayouts(b *testing.B, run func(b *testing.B, pointer bool, degree int)) {
+// The cache tree's costs for each degree with the cache's layout (pointer),
+// and for its degree with entries inline, side by side.
+func benchLayouts(b *testing.B, pointer, inline func(b *testing.B, degree int)) {
 	for _, degree := range []int{8, 16, 32} {
-		b.Run(fmt.Sprintf("%s/degree=%d", pointerLayout.name, degree), func(b *testing.B) { run(b, true, degree) })
+		b.Run(fmt.Sprintf("%s/degree=%d", pointerLayout.name, degree), func(b *testing.B) { pointer(b, degree) })
 	}
-	b.Run(fmt.Sprintf("%s/degree=%d", inlineLayout.name, treeDegree), func(b *testing.B) { run(b, false, treeDegree) })
+	b.Run(fmt.Sprintf("%s/degree=%d", inlineLayout.name, treeDegree), func(b *testing.B) { inline(b, treeDegree) })
 }
 
 // BenchmarkCacheTreeApply applies watch responses of 4 puts at random keys
 // to a copy of a 60,000-key tree, as cache.apply does: the bytes copied
 // per response are what the collector pays for.
 func BenchmarkCacheTreeApply(b *testing.B) {
-	benchLayouts(b, func(b *testing.B, pointer bool, degree int) {
-		if pointer {
-			benchApply(b, pointerLayout, degree)
-		} else {
-			benchApply(b, inlineLayout, degree)
-		}
-	})
+	benchLayouts(b, func(b *testing.B, d int) { benchApply(b, pointerLayout, d) }, func(b *testing.B, d int) { benchApply(b, inlineLayout, d) })
 }
 
 // BenchmarkCacheTreeGet reads random keys.
 func BenchmarkCacheTreeGet(b *testing.B) {
-	benchLayouts(b, func(b *testing.B, pointer bool, degree int) {
-		if pointer {
-			benchGet(b, pointerLayout, degree)
-		} else {
-			benchGet(b, inlineLayout, degree)
-		}
-	})
+	benchLayouts(b, func(b *testing.B, d int) { benchGet(b, pointerLayout, d) }, func(b *testing.B, d int) { benchGet(b, inlineLayout, d) })
 }
 
 // BenchmarkCacheTreeScan walks the 20,000 keys of one kind in order, as
 // List and Keys do.
 func BenchmarkCacheTreeScan(b *testing.B) {
-	benchLayouts(b, func(b *testing.B, pointer bool, degree int) {
-		if pointer {
-			benchScan(b, pointerLayout, degree)
-		} else {
-			benchScan(b, inlineLayout, degree)
-		}
-	})
+	benchLayouts(b, func(b *testing.B, d int) { benchScan(b, pointerLayout, d) }, func(b *testing.B, d int) { benchScan(b, inlineLayout, d) })
 }

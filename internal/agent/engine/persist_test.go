@@ -11,87 +11,65 @@ import (
 	"github.com/capstanhq/capstan/internal/protocol"
 )
 
-// fill sets every settable leaf reachable from v to a non-zero value and
-// gives every pointer, slice and map something to hold.
-func fill(v reflect.Value) {
-	switch v.Kind() {
-	case reflect.Pointer:
-		v.Set(reflect.New(v.Type().Elem()))
-		fill(v.Elem())
-	case reflect.Slice:
-		v.Set(reflect.MakeSlice(v.Type(), 2, 2))
-		for i := range 2 {
-			fill(v.Index(i))
-		}
-	case reflect.Map:
-		m := reflect.MakeMap(v.Type())
-		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
-		fill(k)
-		fill(e)
-		m.SetMapIndex(k, e)
-		v.Set(m)
-	case reflect.Struct:
-		if v.Type() == reflect.TypeFor[time.Time]() {
-			v.Set(reflect.ValueOf(time.Date(2026, 12, 4, 1, 2, 3, 4, time.UTC)))
-			return
-		}
-		for i := range v.NumField() {
-			if v.Field(i).CanSet() {
-				fill(v.Field(i))
-			}
-		}
-	case reflect.String:
-		v.SetString("x")
-	case reflect.Bool:
-		v.SetBool(true)
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		v.SetInt(1)
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		v.SetUint(1)
-	case reflect.Float32, reflect.Float64:
-		v.SetFloat(1)
+// paint sets every settable leaf reachable from v. Fresh, it gives every
+// pointer, slice and map something new to hold and writes first values;
+// otherwise it writes other values in place, through the pointers and
+// slices v holds (maps get a new entry).
+func paint(v reflect.Value, fresh bool) {
+	str, num, at := "x", int64(1), time.Date(2026, 12, 4, 1, 2, 3, 4, time.UTC)
+	if !fresh {
+		str, num, at = "changed", 7, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
-}
-
-// scribble changes every leaf reachable from v in place, through the
-// pointers and slices it holds (maps get a new entry).
-func scribble(v reflect.Value) {
 	switch v.Kind() {
 	case reflect.Pointer:
+		if fresh {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
 		if !v.IsNil() {
-			scribble(v.Elem())
+			paint(v.Elem(), fresh)
 		}
 	case reflect.Slice:
+		if fresh {
+			v.Set(reflect.MakeSlice(v.Type(), 2, 2))
+		}
 		for i := range v.Len() {
-			scribble(v.Index(i))
+			paint(v.Index(i), fresh)
 		}
 	case reflect.Map:
+		if fresh {
+			v.Set(reflect.MakeMap(v.Type()))
+		}
 		if !v.IsNil() {
 			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+			paint(k, fresh)
+			paint(e, fresh)
 			v.SetMapIndex(k, e)
 		}
 	case reflect.Struct:
 		if v.Type() == reflect.TypeFor[time.Time]() {
-			v.Set(reflect.ValueOf(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)))
+			v.Set(reflect.ValueOf(at))
 			return
 		}
 		for i := range v.NumField() {
 			if v.Field(i).CanSet() {
-				scribble(v.Field(i))
+				paint(v.Field(i), fresh)
 			}
 		}
 	case reflect.String:
-		v.SetString("changed")
+		v.SetString(str)
 	case reflect.Bool:
-		v.SetBool(false)
+		v.SetBool(fresh)
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		v.SetInt(7)
+		v.SetInt(num)
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		v.SetUint(7)
+		v.SetUint(uint64(num))
 	case reflect.Float32, reflect.Float64:
-		v.SetFloat(7)
+		v.SetFloat(float64(num))
 	}
 }
+
+func fill(v reflect.Value)     { paint(v, true) }
+func scribble(v reflect.Value) { paint(v, false) }
 
 // The saved head is compared with later records, so it must share nothing
 // they change in place: every field of a record, present and to come, is

@@ -1389,13 +1389,12 @@ func (t *task) report() {
 // server changes Version with anything it changes, and the definition,
 // overrides and tags are fixed at creation.
 type desiredKey struct {
-	version                                   int64
-	status, code, reason, instance, kind, arn string
+	version              int64
+	status, code, reason string
 }
 
 func desiredKeyOf(d *protocol.Task) desiredKey {
-	return desiredKey{version: d.Version, status: d.DesiredStatus, code: d.StopCode, reason: d.StoppedReason,
-		instance: d.ContainerInstanceArn, kind: d.Kind, arn: d.Arn}
+	return desiredKey{version: d.Version, status: d.DesiredStatus, code: d.StopCode, reason: d.StoppedReason}
 }
 
 // persist writes the task record if it changed. A failed write is logged and
