@@ -99,6 +99,8 @@ type options struct {
 	inProcess bool
 	// skipRollouts leaves out step 4.
 	skipRollouts bool
+	// idle is how long the steady fleet is watched before the rollouts.
+	idle time.Duration
 	// drains are the rollouts' drainPercents, in order.
 	drains []float64
 	// provisioned has the server provision every instance (see
@@ -174,6 +176,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.serverDebug, "server-debug", false, "log at debug level to -server-log (each reconcile and how long it took)")
 	fs.StringVar(&o.agentLog, "agent-log", "", "write the hollow agents' warnings here")
 	fs.BoolVar(&o.skipRollouts, "skip-rollouts", false, "leave out the rollouts (step 4)")
+	fs.DurationVar(&o.idle, "idle", 10*time.Second, "before the rollouts, measure the CPU of the steady fleet for this long (0: not)")
 	fs.IntVar(&o.agentNice, "agent-nice", 10, "niceness of the hollow agents' process (0: the server's): a real fleet's agents run on cores of their own, so by default the server gets the shared cores first and the agents every cycle it leaves")
 	fs.Int64Var(&o.memoryLimit, "server-memory-limit", 0, "soft memory limit of the server's process in MiB (debug.SetMemoryLimit; 0: none), not of the hollow agents'")
 	fs.IntVar(&o.serverProcs, "server-procs", 0, "GOMAXPROCS of the server's process only, not of the hollow agents' or the sampler's (0: Go's, as capstan server's default; GOMAXPROCS in the environment wins): more than the cores buys API latency with throughput (docs/performance.md, sixteenth and seventeenth rounds)")
@@ -284,11 +287,17 @@ type Report struct {
 	AgentHeapPerInstanceKiB float64               `json:"agent_heap_per_instance_kib"`
 	AgentGoroutinesPerInst  float64               `json:"agent_goroutines_per_instance"`
 	AgentCPUSeconds         float64               `json:"agent_cpu_seconds"`
-	Killed                  int                   `json:"killed"`
-	DetectSeconds           float64               `json:"detect_seconds"`
-	ReplaceSeconds          float64               `json:"replace_seconds"`
-	Invariants              []string              `json:"invariant_violations"`
-	Notes                   []string              `json:"notes,omitempty"`
+	// IdleServerCores and IdleAgentCores are the CPU a steady fleet
+	// costs, in cores, over -idle before the rollouts: heartbeats, leases
+	// and periodic passes.
+	IdleSeconds     float64  `json:"idle_seconds"`
+	IdleServerCores float64  `json:"idle_server_cores"`
+	IdleAgentCores  float64  `json:"idle_agent_cores"`
+	Killed          int      `json:"killed"`
+	DetectSeconds   float64  `json:"detect_seconds"`
+	ReplaceSeconds  float64  `json:"replace_seconds"`
+	Invariants      []string `json:"invariant_violations"`
+	Notes           []string `json:"notes,omitempty"`
 }
 
 // Rollout is one UpdateDaemon measurement.
@@ -618,6 +627,8 @@ func measure(ctx context.Context, o options, h *harness, rep *Report) error {
 	}
 	rep.Invariants = append(rep.Invariants, problems...)
 
+	h.idle(ctx, o, rep)
+
 	// 4. Rollouts, with API latency sampled during the first.
 	if !o.skipRollouts {
 		if err := h.rollouts(ctx, o, rep, daemonArn, instances); err != nil {
@@ -673,6 +684,7 @@ func measureProvisioned(ctx context.Context, o options, h *harness, rep *Report)
 	if err != nil {
 		return err
 	}
+	h.idle(ctx, o, rep)
 	if !o.skipRollouts {
 		if err := h.rollouts(ctx, o, rep, daemonArn, instances); err != nil {
 			return err
@@ -694,6 +706,31 @@ func measureProvisioned(ctx context.Context, o options, h *harness, rep *Report)
 		rep.Invariants = append(rep.Invariants, problems...)
 	}
 	return h.lossProvisioned(ctx, o, rep, daemonArn)
+}
+
+// idle measures the CPU of the fleet while nothing changes: the server's
+// process (the harness in it is idle too) and the hollow agents'.
+func (h *harness) idle(ctx context.Context, o options, rep *Report) {
+	if o.idle <= 0 {
+		return
+	}
+	agents := func() float64 {
+		st, err := h.host.Stats()
+		if err != nil {
+			return 0
+		}
+		return st.CPUSeconds
+	}
+	s0, a0, t := cpuSeconds(os.Getpid()), agents(), time.Now()
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(o.idle):
+	}
+	rep.IdleSeconds = time.Since(t).Seconds()
+	rep.IdleServerCores = (cpuSeconds(os.Getpid()) - s0) / rep.IdleSeconds
+	rep.IdleAgentCores = (agents() - a0) / rep.IdleSeconds
+	h.logf("steady fleet for %.1fs: server %.3f cores, hollow agents %.3f cores", rep.IdleSeconds, rep.IdleServerCores, rep.IdleAgentCores)
 }
 
 // profile starts the CPU profile when it covers phase ("" for the whole
@@ -1102,6 +1139,9 @@ func printTable(w io.Writer, r *Report) {
 	}
 	fmt.Fprintf(tw, "hollow agent per instance (RSS / heap)\t%.0f KiB\t%.0f KiB\t%.1f goroutines\n", r.AgentRSSPerInstanceKiB, r.AgentHeapPerInstanceKiB, r.AgentGoroutinesPerInst)
 	fmt.Fprintf(tw, "hollow agents CPU\t%.1f s\n", r.AgentCPUSeconds)
+	if r.IdleSeconds > 0 {
+		fmt.Fprintf(tw, "steady fleet CPU (server / hollow agents)\t%.3f cores\t%.3f cores\n", r.IdleServerCores, r.IdleAgentCores)
+	}
 	fmt.Fprintf(tw, "loss of %d instances: detected\t%s\n", r.Killed, secs(r.DetectSeconds))
 	fmt.Fprintf(tw, "  replaced (service and daemon whole again)\t%s\n", secs(r.ReplaceSeconds))
 	fmt.Fprintf(tw, "invariant violations\t%d\n", len(r.Invariants))

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/capstanhq/capstan/internal/protocol"
 )
 
 // The peer for these benchmarks answers nothing and reads everything.
@@ -74,6 +76,29 @@ func BenchmarkRead(b *testing.B) {
 			_, _, err := l.conn.Read(rctx)
 			cancel()
 			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkHeartbeat/link is a heartbeat now; /marshal is how both ends
+// sent one before: the message encoded by json.Marshal.
+func BenchmarkHeartbeat(b *testing.B) {
+	b.Run("link", func(b *testing.B) {
+		l, _ := pair(b, time.Hour, time.Hour, time.Minute, drain)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := l.SendHeartbeat(time.Now()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("marshal", func(b *testing.B) {
+		l, _ := pair(b, time.Hour, time.Hour, time.Minute, drain)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := l.Send(protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: time.Now()}}); err != nil {
 				b.Fatal(err)
 			}
 		}

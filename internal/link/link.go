@@ -40,6 +40,7 @@ type Link struct {
 	stalled   atomic.Bool
 	stop      func() bool
 	peer      string
+	beat      []byte // the last heartbeat's encoding, reused
 }
 
 // ErrSilent is returned by Read after silence ends the connection.
@@ -120,6 +121,17 @@ func (l *Link) Send(m protocol.Message) error {
 		return err
 	}
 	return l.Write(b)
+}
+
+// SendHeartbeat writes a heartbeat stamped now, encoded as json.Marshal
+// would encode it but into the link's own buffer: an idle fleet's
+// sessions send little else, and the message and encoding allocated per
+// heartbeat were a fifth of a heartbeat's cost to the server.
+func (l *Link) SendHeartbeat(now time.Time) error {
+	b := append(l.beat[:0], `{"type":"`+protocol.TypeHeartbeat+`","heartbeat":{"time":"`...)
+	b = now.AppendFormat(b, time.RFC3339Nano)
+	l.beat = append(b, `"}}`...)
+	return l.Write(l.beat)
 }
 
 // cause names a watchdog's closing over the error it caused.

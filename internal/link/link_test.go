@@ -2,6 +2,7 @@ package link
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/capstanhq/capstan/internal/protocol"
 )
 
 // pair dials a websocket server whose end runs peer; the dialling end is
@@ -147,5 +150,38 @@ func TestBlockedWriteGivesUp(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "write to peer blocked for 300ms") {
 		t.Fatalf("writes to a peer that reads nothing: %v (after %s)", err, time.Since(start))
+	}
+}
+
+// A hand-built heartbeat must read back as the message json.Marshal
+// makes, byte for byte, whatever the clock's zone and precision.
+func TestHeartbeatEncodesAsMarshal(t *testing.T) {
+	got := make(chan []byte, 8)
+	l, _ := pair(t, time.Hour, time.Hour, time.Second, func(ctx context.Context, c *websocket.Conn) {
+		for {
+			_, b, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			got <- b
+		}
+	})
+	zone := time.FixedZone("", -(3*3600 + 30*60))
+	for _, at := range []time.Time{
+		time.Date(2026, 12, 4, 3, 4, 5, 123456789, time.UTC),
+		time.Date(2026, 12, 4, 3, 4, 5, 0, time.UTC),
+		time.Date(2026, 1, 2, 3, 4, 5, 120000000, zone),
+		time.Now(), // with a monotonic reading, which the encoding drops
+	} {
+		if err := l.SendHeartbeat(at); err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: at}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := <-got; string(b) != string(want) {
+			t.Errorf("heartbeat at %v sent as %s, json.Marshal makes %s", at, b, want)
+		}
 	}
 }

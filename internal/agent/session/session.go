@@ -347,7 +347,7 @@ func (c *Client) writer(ctx context.Context, l *link.Link, out <-chan protocol.M
 				return err
 			}
 		case <-l.Heartbeat():
-			if err := l.Send(protocol.Message{Type: protocol.TypeHeartbeat, Heartbeat: &protocol.Heartbeat{Time: time.Now()}}); err != nil {
+			if err := l.SendHeartbeat(time.Now()); err != nil {
 				return err
 			}
 		}
