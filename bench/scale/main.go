@@ -165,7 +165,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated URLs of an external etcd (default: embedded)")
 	fs.BoolVar(&o.etcdProcess, "etcd-process", false, "run etcd, with the embedded member's settings, in a process of its own: the server's RSS and CPU are then its own, as with an external etcd, and etcd's are reported beside them")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server process's CPU profile (whole run) here")
-	fs.StringVar(&o.profilePhase, "profile-phase", "", "profile only this phase: service (placing the service tasks) or rollout (the drainPercent 25 rollout)")
+	fs.StringVar(&o.profilePhase, "profile-phase", "", "profile only this phase: service (placing the service tasks), idle (the steady fleet, -idle) or rollout (the drainPercent 25 rollout)")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile after the service is placed here, and one at the end to this path plus .end")
 	fs.StringVar(&o.traceOut, "trace", "", "write an execution trace of the server's process for -trace-window, starting that long into the -profile-phase, here (go tool trace -pprof=sched shows what waited for a core)")
 	fs.DurationVar(&o.traceWindow, "trace-window", 5*time.Second, "how long -trace records, and how far into the phase it starts")
@@ -442,9 +442,9 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 			return nil, err
 		}
 		defer stop()
-	case "service", "rollout":
+	case "service", "idle", "rollout":
 	default:
-		return nil, fmt.Errorf("-profile-phase: want service or rollout, got %q", o.profilePhase)
+		return nil, fmt.Errorf("-profile-phase: want service, idle or rollout, got %q", o.profilePhase)
 	}
 	h, err := start(ctx, o, w)
 	if err != nil {
@@ -721,11 +721,19 @@ func (h *harness) idle(ctx context.Context, o options, rep *Report) {
 		}
 		return st.CPUSeconds
 	}
+	stopProfile, err := o.profile("idle")
+	if err != nil {
+		h.logf("idle profile: %v", err)
+		stopProfile = func() {}
+	}
 	s0, a0, t := cpuSeconds(os.Getpid()), agents(), time.Now()
 	select {
 	case <-ctx.Done():
-		return
 	case <-time.After(o.idle):
+	}
+	stopProfile()
+	if ctx.Err() != nil {
+		return
 	}
 	rep.IdleSeconds = time.Since(t).Seconds()
 	rep.IdleServerCores = (cpuSeconds(os.Getpid()) - s0) / rep.IdleSeconds

@@ -269,10 +269,17 @@ func (s *Service) DeregisterDrained(ctx context.Context, cluster, id string) err
 	return s.Retire(ctx, cluster, id, "Container instance drained and deregistered")
 }
 
-// Retire deregisters an instance, recording what is left on it STOPPED
-// with reason (e.g. the instance was lost).
+// StopInfrastructure is the stop code of tasks that stopped because their
+// instance went (lost, or retired by its capacity provider). It is not a
+// failed launch: a service replaces them at once, however young they
+// were, where TaskFailedToStart counted toward its launch throttle.
+const StopInfrastructure = "InfrastructureHealth"
+
+// Retire deregisters an instance the control plane takes out of service,
+// recording what is left on it STOPPED (StopInfrastructure) with reason
+// (e.g. the instance was lost).
 func (s *Service) Retire(ctx context.Context, cluster, id, reason string) error {
-	_, err := s.deregister(ctx, &shapes.DeregisterContainerInstanceRequest{Cluster: cluster, ContainerInstance: id, Force: ptr(true)}, reason)
+	_, err := s.deregister(ctx, &shapes.DeregisterContainerInstanceRequest{Cluster: cluster, ContainerInstance: id, Force: ptr(true)}, StopInfrastructure, reason)
 	return err
 }
 

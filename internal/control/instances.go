@@ -559,12 +559,12 @@ func (s *Service) UpdateContainerInstancesState(ctx context.Context, req *shapes
 }
 
 func (s *Service) DeregisterContainerInstance(ctx context.Context, req *shapes.DeregisterContainerInstanceRequest) (*shapes.DeregisterContainerInstanceResponse, error) {
-	return s.deregister(ctx, req, "Container instance deregistration forced by a user")
+	return s.deregister(ctx, req, "TaskFailedToStart", "Container instance deregistration forced by a user")
 }
 
 // deregister retires an instance; forced, its tasks are recorded STOPPED
-// with reason.
-func (s *Service) deregister(ctx context.Context, req *shapes.DeregisterContainerInstanceRequest, reason string) (*shapes.DeregisterContainerInstanceResponse, error) {
+// with stopCode and reason.
+func (s *Service) deregister(ctx context.Context, req *shapes.DeregisterContainerInstanceRequest, stopCode, reason string) (*shapes.DeregisterContainerInstanceResponse, error) {
 	cl, err := s.activeCluster(ctx, "cluster", req.Cluster)
 	if err != nil {
 		return nil, err
@@ -613,7 +613,7 @@ func (s *Service) deregister(ctx context.Context, req *shapes.DeregisterContaine
 			}
 			t.DesiredStatus = "STOPPED"
 			if t.StopCode == "" {
-				t.StopCode, t.StoppedReason = "TaskFailedToStart", reason
+				t.StopCode, t.StoppedReason = stopCode, reason
 			}
 			s.markStopped(&t)
 			t.Reserved = nil

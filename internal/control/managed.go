@@ -440,6 +440,18 @@ func (s *Service) placeWaitingOn(ctx context.Context, cluster string, c *candida
 	return err
 }
 
+// CapacityProviderOf is the capacity provider of an instance as the fleet
+// view has it now ("" if it has none or is not known), without waiting
+// for this process's latest write: for routing changes, not decisions.
+func (s *Service) CapacityProviderOf(cluster, id string) string {
+	s.fleet.mu.RLock()
+	defer s.fleet.mu.RUnlock()
+	if fi := (fleetView{s.fleet}).cluster(cluster).instances[id]; fi != nil {
+		return fi.cp
+	}
+	return ""
+}
+
 // Connected reports whether an instance's agent has a session.
 func (s *Service) Connected(ctx context.Context, cluster, id string) bool {
 	v, err := s.fleetView(ctx)

@@ -64,8 +64,10 @@ type Reconciler struct {
 	silent map[string]time.Time
 	// active is when this leader first saw an instance ACTIVE.
 	active map[string]time.Time
-	// failures counts instances of a capacity provider that died or never
-	// registered soon after launch; launches back off while it is high.
+	// failures counts instances of a capacity provider whose launch did
+	// not give a working instance: the call failed, or the instance died
+	// or timed out before it was ever ACTIVE. Launches back off while it
+	// is high.
 	failures map[string]launchFailures
 	// acting are the managed instances (by ID) whose launch or termination
 	// is in flight: passes go on while they are, leave them alone and count
@@ -110,10 +112,25 @@ func (r *Reconciler) failed(cp string, now time.Time) {
 	r.failures[cp] = launchFailures{n: f.n + 1, last: now}
 }
 
-func (r *Reconciler) succeeded(cp string) {
+// succeeded ends cp's backoff when an instance launched after its last
+// failure is ACTIVE: only a later launch shows that launches work again,
+// not an instance that was up before they began to fail.
+func (r *Reconciler) succeeded(cp string, launchedAt time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.failures, cp)
+	if f, ok := r.failures[cp]; ok && launchedAt.After(f.last) {
+		delete(r.failures, cp)
+	}
+}
+
+// launchFailed reports whether an instance found lost counts against its
+// launch: it never was ACTIVE (dead in its boot, its registration or its
+// daemon's first start). One that worked and was lost later, as many
+// young ones are when a zone goes, is a loss to repair at once; counting
+// those, the fault harness saw 50 instances lost a second after a
+// rollout wait 40 s for replacements launched one at a time.
+func launchFailed(registered bool, ci control.InstanceBrief) bool {
+	return !registered || ci.Status == "REGISTERING"
 }
 
 // silentFor is how long the instance has been seen without a session.
@@ -164,14 +181,30 @@ func (r *Reconciler) launchWait(cp string, now time.Time) time.Duration {
 	return launchBackoff(f.n) - now.Sub(f.last)
 }
 
-// Follows maps task, instance and managed-instance changes to their
-// capacity provider.
+// Follows maps task, instance, managed-instance and session changes to
+// their capacity provider. A session's end is how a dead instance shows
+// first: without it a lost instance waited for another change's pass (20
+// s and more) before it was seen gone and replaced.
 func (r *Reconciler) Follows() []controller.Follow {
 	return []controller.Follow{
 		{Prefix: "tasks/", Keys: cpOf},
 		{Prefix: "containerinstances/", Keys: cpOf},
 		{Prefix: "managedinstances/", Keys: cpOfManaged},
+		{Prefix: "sessions/", Keys: r.cpOfSession},
 	}
+}
+
+// cpOfSession maps a session record (sessions/<cluster>/<instance>) to its
+// instance's capacity provider.
+func (r *Reconciler) cpOfSession(_ context.Context, ch store.Change) []string {
+	cluster, id, ok := strings.Cut(strings.TrimPrefix(ch.Key, "sessions/"), "/")
+	if !ok {
+		return nil
+	}
+	if cp := r.Svc.CapacityProviderOf(cluster, id); cp != "" {
+		return []string{store.CapacityProviderKey(cp)}
+	}
+	return nil
 }
 
 func cpOf(_ context.Context, ch store.Change) []string {
@@ -348,7 +381,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 		case m.Value.Handle != "" && !alive:
 			// The instance is gone: its tasks cannot run any more.
 			r.Log.Warn("managed instance lost", "instance", m.Value.ID, "container_instance", ci.Arn)
-			if now.Sub(m.Value.LaunchedAt) < time.Minute {
+			if launchFailed(registered, ci) {
 				r.failed(name, now)
 			}
 			retire = append(retire, retirement{m, registered, ci, "instance lost"})
@@ -374,7 +407,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 		case !ci.Connected:
 			later(LostAfter - r.silentFor(m.Value.ID, now) + 100*time.Millisecond)
 		case ci.Status == "ACTIVE":
-			r.succeeded(name)
+			r.succeeded(name, m.Value.LaunchedAt)
 			if r.activeFor(m.Value.ID, now) < freshFor {
 				// Waiting tasks may not have been placed on it yet.
 				starting(m.Value, ci, true)
