@@ -126,9 +126,9 @@ func (r *Reconciler) succeeded(cp string, launchedAt time.Time) {
 // launchFailed reports whether an instance found lost counts against its
 // launch: it never was ACTIVE (dead in its boot, its registration or its
 // daemon's first start). One that worked and was lost later, as many
-// young ones are when a zone goes, is a loss to repair at once; counting
-// those, the fault harness saw 50 instances lost a second after a
-// rollout wait 40 s for replacements launched one at a time.
+// young ones are when a zone goes, is a loss to repair at once; counted,
+// four lost together held their replacements 40 s (four failures), then
+// sent them one at a time.
 func launchFailed(registered bool, ci control.InstanceBrief) bool {
 	return !registered || ci.Status == "REGISTERING"
 }
