@@ -509,7 +509,7 @@ func readPooled(l *link.Link) (*bytes.Buffer, error) {
 
 // handle acts on one message of the agent's. Only a message that writes
 // takes a place in the admission: heartbeats and acks, most of what an
-// idle fleet sends, do nothing, and queueing them cost a fifth of the
+// idle fleet sends, do nothing, and queueing them cost a sixth of the
 // receiving side's CPU in a rollout.
 func (g *Gateway) handle(ctx context.Context, s *session, b []byte) error {
 	m, err := decode(b)
