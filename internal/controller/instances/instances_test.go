@@ -300,24 +300,35 @@ func waitRunningOn(t *testing.T, c *ecs.Client, arns []string, want int, within 
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		out, err := c.DescribeTasks(context.Background(), &ecs.DescribeTasksInput{Cluster: aws.String("sim"), Tasks: arns})
-		if err != nil {
-			t.Fatal(err)
-		}
-		on := map[string]bool{}
-		for _, tk := range out.Tasks {
-			if aws.ToString(tk.LastStatus) == "RUNNING" {
-				on[aws.ToString(tk.ContainerInstanceArn)] = true
-			}
-		}
-		if len(on) == want {
+		on := runningOn(t, c, arns)
+		if on == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("tasks RUNNING on %d instances after %s, want %d", len(on), within, want)
+			t.Fatalf("tasks RUNNING on %d instances after %s, want %d", on, within, want)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// runningOn counts the instances the tasks among arns that are RUNNING
+// run on.
+func runningOn(t *testing.T, c *ecs.Client, arns []string) int {
+	t.Helper()
+	if len(arns) == 0 {
+		return 0
+	}
+	out, err := c.DescribeTasks(context.Background(), &ecs.DescribeTasksInput{Cluster: aws.String("sim"), Tasks: arns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := map[string]bool{}
+	for _, tk := range out.Tasks {
+		if aws.ToString(tk.LastStatus) == "RUNNING" {
+			on[aws.ToString(tk.ContainerInstanceArn)] = true
+		}
+	}
+	return len(on)
 }
 
 // A pass does not wait for its launches: a task that waits for room is

@@ -142,23 +142,12 @@ func waitServiceOn(t *testing.T, c *ecs.Client, want int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		on := map[string]bool{}
-		if len(list.TaskArns) > 0 {
-			out, err := c.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String("sim"), Tasks: list.TaskArns})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, tk := range out.Tasks {
-				if aws.ToString(tk.LastStatus) == "RUNNING" {
-					on[aws.ToString(tk.ContainerInstanceArn)] = true
-				}
-			}
-		}
-		if len(on) == want {
+		on := runningOn(t, c, list.TaskArns)
+		if on == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("service web runs on %d instances after a minute, want %d", len(on), want)
+			t.Fatalf("service web runs on %d instances after a minute, want %d", on, want)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
