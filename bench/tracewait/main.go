@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -21,6 +22,8 @@ import (
 
 	"golang.org/x/exp/trace"
 )
+
+var busiest = flag.Bool("busiest", false, "only the requests of the connection that made the most: in bench/scale, the API sampler's")
 
 func main() {
 	flag.Parse()
@@ -39,19 +42,46 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	if *busiest {
+		r.onlyBusiest()
+	}
 	r.print(os.Stdout)
+}
+
+// causes sums the requests' time by cause.
+func (r *report) causes() map[string]time.Duration {
+	why := map[string]time.Duration{}
+	for _, q := range r.requests {
+		for k, v := range q.why {
+			why[k] += v
+		}
+	}
+	return why
+}
+
+// onlyBusiest keeps the requests of the connection goroutine that served
+// the most.
+func (r *report) onlyBusiest() {
+	n := map[trace.GoID]int{}
+	var top trace.GoID
+	for _, q := range r.requests {
+		n[q.g]++
+		if n[q.g] > n[top] {
+			top = q.g
+		}
+	}
+	r.requests = slices.DeleteFunc(r.requests, func(q request) bool { return q.g != top })
 }
 
 // request is one request's time on its connection's goroutine.
 type request struct {
 	total, runnable, running, blocked time.Duration
+	g                                 trace.GoID
+	why                               map[string]time.Duration
 }
 
 type report struct {
 	requests []request
-	// why sums the requests' time by cause: waiting for a core after
-	// what made them runnable, or blocked on what.
-	why map[string]time.Duration
 	// queued is the average number of goroutines waiting for a core by
 	// what they last blocked on.
 	queued  map[string]float64
@@ -79,7 +109,7 @@ func analyze(in io.Reader) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &report{why: map[string]time.Duration{}, queued: map[string]float64{}}
+	rep := &report{queued: map[string]float64{}}
 	gs := map[trace.GoID]*goroutine{}
 	var next trace.Time
 	for {
@@ -130,10 +160,8 @@ func analyze(in io.Reader) (*report, error) {
 			if waitsForRequest(st.Stack) {
 				if g.inRequest {
 					g.cur.total = now.Sub(g.start)
+					g.cur.g, g.cur.why = id, maps.Clone(g.why)
 					rep.requests = append(rep.requests, g.cur)
-					for k, v := range g.why {
-						rep.why[k] += v
-					}
 				}
 				g.inRequest, g.betweenRequests = false, true
 			}
@@ -206,6 +234,7 @@ func frames(s trace.Stack, n int) string {
 }
 
 func (r *report) print(w io.Writer) {
+	why := r.causes()
 	fmt.Fprintf(w, "requests: %d\n", len(r.requests))
 	if len(r.requests) == 0 {
 		return
@@ -230,11 +259,11 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "  %-42s p50 %-10v p90 %-10v p99 %-10v max %v\n", c.name, at(0.5), at(0.9), at(0.99), ds[len(ds)-1].Round(10*time.Microsecond))
 	}
 	fmt.Fprintln(w, "requests' time by cause (sum):")
-	for _, k := range sortedByValue(r.why) {
-		if r.why[k] < time.Millisecond {
+	for _, k := range sortedByValue(why) {
+		if why[k] < time.Millisecond {
 			break
 		}
-		fmt.Fprintf(w, "  %10v  %s\n", r.why[k].Round(time.Millisecond), k)
+		fmt.Fprintf(w, "  %10v  %s\n", why[k].Round(time.Millisecond), k)
 	}
 	total := 0.0
 	for _, v := range r.queued {
