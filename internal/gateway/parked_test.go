@@ -1,0 +1,258 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// recordingWriter notes whether the hijacked connection was parked.
+type recordingWriter struct {
+	parkingWriter
+	parked *atomic.Bool
+}
+
+func (w recordingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := w.parkingWriter.Hijack()
+	_, ok := c.(*parkedConn)
+	w.parked.Store(ok)
+	return c, brw, err
+}
+
+// echoServer accepts websockets through parkingWriter and sends every
+// message back; parked reports whether the last one's reads were parked.
+func echoServer(t *testing.T, tls bool) (srv *httptest.Server, parked *atomic.Bool) {
+	parked = new(atomic.Bool)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(recordingWriter{parkingWriter{w}, parked}, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		c.SetReadLimit(1 << 20)
+		for {
+			typ, b, err := c.Read(context.Background())
+			if err != nil {
+				return
+			}
+			if err := c.Write(context.Background(), typ, b); err != nil {
+				return
+			}
+		}
+	})
+	if tls {
+		srv = httptest.NewTLSServer(h)
+	} else {
+		srv = httptest.NewServer(h)
+	}
+	t.Cleanup(srv.Close)
+	return srv, parked
+}
+
+func TestParkedSessionsCarryMessagesOfEverySize(t *testing.T) {
+	for _, tls := range []bool{false, true} {
+		name := "tcp"
+		if tls {
+			name = "tls (not parked)"
+		}
+		t.Run(name, func(t *testing.T) {
+			srv, parked := echoServer(t, tls)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			c, _, err := websocket.Dial(ctx, strings.Replace(srv.URL, "http", "ws", 1), &websocket.DialOptions{HTTPClient: srv.Client()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.CloseNow()
+			c.SetReadLimit(1 << 20)
+			// Around the 16-byte reader, the 4 KiB chunk, and larger than
+			// both; all sent before any is read back, so chunks hold
+			// several messages and messages span chunks.
+			var msgs [][]byte
+			for _, n := range []int{1, 15, 16, 17, 125, 126, 1000, 4095, 4096, 4097, 9000, 65535, 65536, 300000} {
+				b := make([]byte, n)
+				rand.Read(b)
+				msgs = append(msgs, b)
+			}
+			go func() {
+				for _, m := range msgs {
+					if err := c.Write(ctx, websocket.MessageBinary, m); err != nil {
+						return
+					}
+				}
+			}()
+			for i, want := range msgs {
+				_, got, err := c.Read(ctx)
+				if err != nil {
+					t.Fatalf("message %d (%d bytes): %v", i, len(want), err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("message %d: got %d bytes, want %d, not the same", i, len(got), len(want))
+				}
+			}
+			if parked.Load() == tls {
+				t.Fatalf("parked %v over tls %v: only plain TCP connections park", parked.Load(), tls)
+			}
+		})
+	}
+}
+
+// tcpPair is a connected loopback pair: the server's end parked.
+func tcpPair(t *testing.T) (*parkedConn, net.Conn) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	sc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sc.Close() })
+	raw, err := sc.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &parkedConn{Conn: sc, raw: raw}, client
+}
+
+func TestParkedConnGivesItsChunkBackOnceRead(t *testing.T) {
+	pc, client := tcpPair(t)
+	if _, err := client.Write([]byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, 4)
+	if n, err := io.ReadFull(pc, p); err != nil || string(p[:n]) != "0123" {
+		t.Fatalf("read %q, %v", p[:n], err)
+	}
+	if pc.chunk == nil {
+		t.Fatal("bytes left unread but no chunk holds them")
+	}
+	rest := make([]byte, 6)
+	if _, err := io.ReadFull(pc, rest); err != nil || string(rest) != "456789" {
+		t.Fatalf("read %q, %v", rest, err)
+	}
+	if pc.chunk != nil || len(pc.data) != 0 {
+		t.Fatal("a drained connection still holds its chunk")
+	}
+
+	// A read with nothing to read waits, and is given what comes.
+	got := make(chan string, 1)
+	go func() {
+		b := make([]byte, 16)
+		n, err := pc.Read(b)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- string(b[:n])
+	}()
+	select {
+	case s := <-got:
+		t.Fatalf("read returned %q with nothing sent", s)
+	case <-time.After(100 * time.Millisecond):
+	}
+	client.Write([]byte("late"))
+	if s := <-got; s != "late" {
+		t.Fatalf("waiting read got %q", s)
+	}
+	if pc.chunk != nil {
+		t.Fatal("chunk kept after its bytes were read")
+	}
+}
+
+func TestParkedConnEndsAsAConnectionDoes(t *testing.T) {
+	t.Run("deadline", func(t *testing.T) {
+		pc, _ := tcpPair(t)
+		pc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		_, err := pc.Read(make([]byte, 8))
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() || !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read past the deadline: %v, want a timeout", err)
+		}
+	})
+	t.Run("peer closes", func(t *testing.T) {
+		pc, client := tcpPair(t)
+		client.Write([]byte("last"))
+		client.Close()
+		b, err := io.ReadAll(pc)
+		if err != nil || string(b) != "last" {
+			t.Fatalf("read %q, %v; want the last bytes, then EOF", b, err)
+		}
+	})
+	t.Run("closed here", func(t *testing.T) {
+		pc, _ := tcpPair(t)
+		errc := make(chan error, 1)
+		go func() { _, err := pc.Read(make([]byte, 8)); errc <- err }()
+		time.Sleep(50 * time.Millisecond)
+		pc.Close()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("read on a closed connection: %v, want net.ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("read still waiting after the connection closed")
+		}
+	})
+}
+
+// An agent may send its first frame in the same packet as the upgrade
+// request; net/http has read it by the hijack, and it must not be lost.
+func TestHijackKeepsBytesReadPastTheUpgrade(t *testing.T) {
+	srv, _ := echoServer(t, false)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	key := make([]byte, 16)
+	rand.Read(key)
+	req := "GET / HTTP/1.1\r\nHost: " + srv.Listener.Addr().String() + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: " + base64.StdEncoding.EncodeToString(key) + "\r\nSec-WebSocket-Version: 13\r\n\r\n"
+	payload := []byte(`{"type":"hello"}`)
+	mask := [4]byte{1, 2, 3, 4}
+	frame := []byte{0x81, 0x80 | byte(len(payload)), mask[0], mask[1], mask[2], mask[3]}
+	for i, b := range payload {
+		frame = append(frame, b^mask[i%4])
+	}
+	if _, err := conn.Write(append([]byte(req), frame...)); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade answered %s", resp.Status)
+	}
+	head := make([]byte, 2)
+	if _, err := io.ReadFull(br, head); err != nil {
+		t.Fatalf("no echo of the frame sent with the upgrade: %v", err)
+	}
+	got := make([]byte, head[1]&0x7f)
+	if _, err := io.ReadFull(br, got); err != nil || head[0] != 0x81 || !bytes.Equal(got, payload) {
+		t.Fatalf("echo %x %q, %v; want a text frame %q", head, got, err, payload)
+	}
+}
