@@ -77,11 +77,12 @@ func (c *parkedConn) fill() error {
 		c.chunk, c.data = b, (*b)[:n]
 		return true
 	})
+	if err == nil {
+		err = rerr
+	}
 	switch {
 	case err != nil:
-		return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
-	case rerr != nil:
-		return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: rerr}
+		return &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 	case n == 0:
 		return io.EOF
 	}
