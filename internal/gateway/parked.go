@@ -33,6 +33,20 @@ type parkedConn struct {
 	raw   syscall.RawConn
 	chunk *[]byte // from readChunks while data is in it
 	data  []byte  // unread bytes, in chunk or carried over from net/http
+	lib   *bufio.Reader
+}
+
+// await returns once the next read of the websocket library will not wait:
+// bytes are buffered here or in the library's reader, the socket has some,
+// or it failed (the read that follows reports how). A session waits for its
+// agent's next message here rather than deep in the library's frame reader,
+// so that its parked goroutine's stack is small enough for the collector to
+// shrink (Gateway.session).
+func (c *parkedConn) await() {
+	if len(c.data) > 0 || c.lib.Buffered() > 0 {
+		return
+	}
+	c.fill()
 }
 
 func (c *parkedConn) Read(p []byte) (int, error) {
@@ -91,12 +105,16 @@ func (c *parkedConn) fill() error {
 
 // parkingWriter gives the websocket library a hijacked connection whose
 // reads park without a buffer (plain TCP only: a TLS connection reads
-// through its own buffers, and is handed on as net/http gives it).
-type parkingWriter struct{ http.ResponseWriter }
+// through its own buffers, and is handed on as net/http gives it); conn is
+// that connection once hijacked.
+type parkingWriter struct {
+	http.ResponseWriter
+	conn *parkedConn
+}
 
-func (w parkingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *parkingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (w parkingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *parkingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
@@ -116,5 +134,7 @@ func (w parkingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		b, _ := brw.Reader.Peek(n)
 		pc.data = bytes.Clone(b)
 	}
-	return pc, bufio.NewReadWriter(bufio.NewReaderSize(pc, 16), brw.Writer), nil
+	pc.lib = bufio.NewReaderSize(pc, 16)
+	w.conn = pc
+	return pc, bufio.NewReadWriter(pc.lib, brw.Writer), nil
 }

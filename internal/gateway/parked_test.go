@@ -22,7 +22,7 @@ import (
 
 // recordingWriter notes whether the hijacked connection was parked.
 type recordingWriter struct {
-	parkingWriter
+	*parkingWriter
 	parked *atomic.Bool
 }
 
@@ -38,13 +38,18 @@ func (w recordingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func echoServer(t *testing.T, tls bool) (srv *httptest.Server, parked *atomic.Bool) {
 	parked = new(atomic.Bool)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(recordingWriter{parkingWriter{w}, parked}, r, nil)
+		pw := &parkingWriter{ResponseWriter: w}
+		c, err := websocket.Accept(recordingWriter{pw, parked}, r, nil)
 		if err != nil {
 			return
 		}
 		defer c.CloseNow()
 		c.SetReadLimit(1 << 20)
 		for {
+			// As a session does: wait outside the library, then read.
+			if pw.conn != nil {
+				pw.conn.await()
+			}
 			typ, b, err := c.Read(context.Background())
 			if err != nil {
 				return
@@ -132,7 +137,9 @@ func tcpPair(t *testing.T) (*parkedConn, net.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &parkedConn{Conn: sc, raw: raw}, client
+	pc := &parkedConn{Conn: sc, raw: raw}
+	pc.lib = bufio.NewReaderSize(pc, 16)
+	return pc, client
 }
 
 func TestParkedConnGivesItsChunkBackOnceRead(t *testing.T) {
@@ -177,6 +184,74 @@ func TestParkedConnGivesItsChunkBackOnceRead(t *testing.T) {
 	}
 	if pc.chunk != nil {
 		t.Fatal("chunk kept after its bytes were read")
+	}
+}
+
+// await must see bytes wherever they wait: in the socket, in the chunk,
+// or already in the library's reader (where the socket has nothing more:
+// waiting on it then would stall a session until its agent's next message).
+func TestAwaitReturnsWhenAReadWouldNotWait(t *testing.T) {
+	pc, client := tcpPair(t)
+	returns := func(why string) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { pc.await(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("await still waiting with %s", why)
+		}
+	}
+
+	// Nothing sent: await waits, and returns with what comes.
+	done := make(chan struct{})
+	go func() { pc.await(); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("await returned with nothing sent")
+	case <-time.After(100 * time.Millisecond):
+	}
+	client.Write([]byte("0123456789abcdefXYZ"))
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("await still waiting after bytes came")
+	}
+	if len(pc.data) == 0 || pc.chunk == nil {
+		t.Fatal("await returned without taking in the bytes that came")
+	}
+
+	// The library's reader takes 16, the chunk keeps 3.
+	b := make([]byte, 1)
+	if _, err := pc.lib.Read(b); err != nil || b[0] != '0' {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	if len(pc.data) != 3 || pc.lib.Buffered() != 15 {
+		t.Fatalf("chunk holds %d, library %d; want 3 and 15", len(pc.data), pc.lib.Buffered())
+	}
+	returns("bytes in the chunk")
+	rest := make([]byte, 15)
+	if _, err := io.ReadFull(pc.lib, rest); err != nil || string(rest) != "123456789abcdef" {
+		t.Fatalf("read %q, %v", rest, err)
+	}
+
+	// Bytes only in the library's reader: the socket and chunk are empty.
+	if _, err := io.ReadFull(pc.lib, b); err != nil || b[0] != 'X' {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	if len(pc.data) != 0 || pc.lib.Buffered() != 2 {
+		t.Fatalf("chunk holds %d, library %d; want 0 and 2", len(pc.data), pc.lib.Buffered())
+	}
+	returns("bytes in the library's reader")
+	if _, err := io.ReadFull(pc.lib, rest[:2]); err != nil || string(rest[:2]) != "YZ" {
+		t.Fatalf("read %q, %v", rest[:2], err)
+	}
+
+	// The peer's close ends the wait; the read after it says EOF.
+	client.Close()
+	returns("the peer gone")
+	if _, err := pc.lib.Read(b); err != io.EOF {
+		t.Fatalf("read after the peer closed: %v, want EOF", err)
 	}
 }
 
