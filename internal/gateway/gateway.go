@@ -147,8 +147,17 @@ type session struct {
 	instance string
 	managed  bool // provisioned by a capacity provider
 	cancel   context.CancelFunc
-	out      chan protocol.Message
 	parked   *parkedConn // conn's socket, if its reads park (not TLS)
+	outbox               // writes, and the writer's state (writer.go)
+
+	once  sync.Once
+	first error // the session's error: the first of its parts' to end it
+}
+
+// end ends the session; the first error given is the session's.
+func (s *session) end(err error) {
+	s.once.Do(func() { s.first = err })
+	s.cancel()
 }
 
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -220,24 +229,16 @@ func (g *Gateway) serve(ctx context.Context, conn *websocket.Conn, parked *parke
 	}
 	s.parked = parked
 	defer closeSession()
-	s.link = link.New(sctx, conn, "agent")
+	s.wmu.Lock() // the link's timer writes under it
+	s.link = link.NewBeating(sctx, conn, "agent", func() { g.heartbeat(s) })
+	s.wmu.Unlock()
 	defer s.link.Close()
-	// The session's goroutine receives and one more writes: at 5,000
-	// sessions a third goroutine each was 5,000 more stacks. The first to
-	// end ends the other, and its error is the session's.
-	var (
-		first error
-		once  sync.Once
-	)
-	end := func(err error) {
-		once.Do(func() { first = err })
-		s.cancel()
-	}
-	looped := make(chan struct{})
-	go func() { defer close(looped); end(g.loop(sctx, s)) }()
-	end(g.receive(sctx, s))
-	<-looped
-	return first
+	// The session's goroutine receives; what it sends goes from whoever
+	// has it to send (writer.go).
+	g.startWriting(sctx, s)
+	s.end(g.receive(sctx, s))
+	g.stopWriting(s)
+	return s.first
 }
 
 // open reads the agent's hello, checks it and claims the instance's
@@ -283,7 +284,7 @@ func (g *Gateway) open(ctx context.Context, conn *websocket.Conn, p auth.Princip
 	// subscriptions told of, without waiting for every controller's
 	// latest write; a write that conflicts makes it wait for the winner.
 	sctx = g.st.InScope(sctx, g.st.NewScope(), true)
-	s = &session{conn: conn, cluster: cluster, instance: id, managed: managed, cancel: scancel, out: make(chan protocol.Message, 16)}
+	s = &session{conn: conn, cluster: cluster, instance: id, managed: managed, cancel: scancel}
 	g.claim(s)
 	g.connected.Inc()
 	g.log.Info("agent connected", "instance", hello.ContainerInstanceArn, "agent_version", hello.AgentVersion, "manifest_seq", hello.ManifestSeq)
@@ -378,79 +379,6 @@ func send(ctx context.Context, conn *websocket.Conn, m protocol.Message) error {
 	return conn.Write(wctx, websocket.MessageText, b)
 }
 
-func (s *session) queue(ctx context.Context, m protocol.Message) error {
-	select {
-	case s.out <- m:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// loop is the session's one writer: it sends the instance's desired tasks
-// now and after every change, queued messages (acks, errors) and
-// heartbeats when it has sent nothing else for a while, and ends the
-// session when the instance is deregistered. One goroutine for all of it:
-// a server holds thousands of sessions.
-func (g *Gateway) loop(ctx context.Context, s *session) error {
-	sub := g.st.Subscribe(store.DesiredPrefix(s.cluster, s.instance))
-	defer sub.Close()
-	instSub := g.st.Subscribe(store.ContainerInstanceKey(s.cluster, s.instance))
-	defer instSub.Close()
-	push := true
-	var t *ticket
-	defer func() {
-		if t != nil {
-			t.done()
-		}
-	}()
-	for {
-		// A manifest waits for a place in the admission, answering acks
-		// and heartbeats meanwhile; changes while it waits make one push.
-		var slot <-chan struct{}
-		if push && t == nil {
-			t = g.work.ask()
-		}
-		if t != nil {
-			slot = t.ready()
-		}
-		select {
-		case <-slot:
-			b, err := g.svc.ManifestMessage(ctx, s.cluster, s.instance)
-			t.done()
-			t = nil
-			if err != nil {
-				return err
-			}
-			if err := s.link.Write(b); err != nil {
-				return err
-			}
-			push = false
-		case <-ctx.Done():
-			return ctx.Err()
-		case m := <-s.out:
-			if err := s.link.Send(m); err != nil {
-				return err
-			}
-		case <-s.link.Heartbeat():
-			if err := s.link.SendHeartbeat(g.now()); err != nil {
-				return err
-			}
-		case <-sub.Ready():
-			changes, resync := sub.Take()
-			push = push || len(changes) > 0 || resync
-		case <-instSub.Ready():
-			instSub.Take()
-			// A deregistered instance loses its session.
-			status, ok, err := g.svc.InstanceStatus(ctx, s.cluster, s.instance)
-			if err == nil && (!ok || status == "INACTIVE") {
-				s.link.Send(protocol.Message{Type: protocol.TypeError, Error: inactive(s.managed)})
-				return errDeregistered
-			}
-		}
-	}
-}
-
 var errDeregistered = errors.New("container instance was deregistered")
 
 // inactive tells an agent its instance was deregistered; a managed
@@ -527,14 +455,14 @@ func (g *Gateway) handle(ctx context.Context, s *session, b []byte) error {
 	m, err := decode(b)
 	if err != nil {
 		g.log.Warn("malformed agent message", "instance", s.instance, "err", err)
-		s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "MalformedMessage", Message: truncate(err.Error(), 200)}})
+		s.send(protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "MalformedMessage", Message: truncate(err.Error(), 200)}})
 		return nil
 	}
 	switch m.Type {
 	case protocol.TypeHeartbeat, protocol.TypeManifestAck:
 	case protocol.TypeStateChange:
 		if m.StateChange == nil {
-			s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "MalformedMessage", Message: "stateChange without body"}})
+			s.send(protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "MalformedMessage", Message: "stateChange without body"}})
 			return nil
 		}
 		t, err := g.work.enter(ctx)
@@ -547,9 +475,9 @@ func (g *Gateway) handle(ctx context.Context, s *session, b []byte) error {
 			return fmt.Errorf("write task states: %w", err)
 		}
 		g.states.Add(float64(len(m.StateChange.Tasks)))
-		return s.queue(ctx, protocol.Message{Type: protocol.TypeStateAck, StateAck: &protocol.StateAck{ID: m.StateChange.ID}})
+		return s.send(protocol.Message{Type: protocol.TypeStateAck, StateAck: &protocol.StateAck{ID: m.StateChange.ID}})
 	default:
-		s.queue(ctx, protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "UnknownMessage", Message: "unknown message type " + truncate(m.Type, 40)}})
+		s.send(protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "UnknownMessage", Message: "unknown message type " + truncate(m.Type, 40)}})
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ import (
 // given up.
 const WriteLimit = 10 * time.Second
 
-// Link wraps conn. Reads and writes each come from one goroutine at a time.
+// Link wraps conn. Reads come from one goroutine at a time, and so do writes.
 type Link struct {
 	conn      *websocket.Conn
 	silence   time.Duration
@@ -49,15 +49,26 @@ var ErrSilent = errors.New("peer silent")
 // New starts the read watchdog; ctx ending closes the connection. peer
 // names the other end in errors ("agent", "server").
 func New(ctx context.Context, conn *websocket.Conn, peer string) *Link {
-	return newLink(ctx, conn, peer, protocol.SilenceLimit, protocol.HeartbeatInterval, WriteLimit)
+	return newLink(ctx, conn, peer, protocol.SilenceLimit, protocol.HeartbeatInterval, WriteLimit, nil)
 }
 
-func newLink(ctx context.Context, conn *websocket.Conn, peer string, silence, heartbeat, writeMax time.Duration) *Link {
+// NewBeating is New for an end with no goroutine waiting on Heartbeat
+// (whose channel is then nil): beat is called, in a goroutine of its own,
+// when this end has written nothing for the heartbeat interval.
+func NewBeating(ctx context.Context, conn *websocket.Conn, peer string, beat func()) *Link {
+	return newLink(ctx, conn, peer, protocol.SilenceLimit, protocol.HeartbeatInterval, WriteLimit, beat)
+}
+
+func newLink(ctx context.Context, conn *websocket.Conn, peer string, silence, heartbeat, writeMax time.Duration, beat func()) *Link {
 	l := &Link{conn: conn, silence: silence, interval: heartbeat, writeMax: writeMax, peer: peer}
 	l.readDog = time.AfterFunc(silence, func() { l.silent.Store(true); conn.CloseNow() })
 	l.writeDog = time.AfterFunc(time.Hour, func() { l.stalled.Store(true); conn.CloseNow() })
 	l.writeDog.Stop()
-	l.heartbeat = time.NewTimer(heartbeat)
+	if beat != nil {
+		l.heartbeat = time.AfterFunc(heartbeat, beat)
+	} else {
+		l.heartbeat = time.NewTimer(heartbeat)
+	}
 	l.stop = context.AfterFunc(ctx, func() { conn.CloseNow() })
 	return l
 }
@@ -71,7 +82,8 @@ func (l *Link) Close() {
 }
 
 // Heartbeat fires when this end has written nothing for the heartbeat
-// interval; the caller sends one then (a write pushes it back).
+// interval; the caller sends one then (a write pushes it back). Nil for a
+// link made by NewBeating.
 func (l *Link) Heartbeat() <-chan time.Time { return l.heartbeat.C }
 
 // Reader returns the next message's reader; every message arrived pushes

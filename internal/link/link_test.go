@@ -19,6 +19,13 @@ import (
 // returned wrapped in a Link with the given timing.
 func pair(t testing.TB, silence, heartbeat, writeMax time.Duration, peer func(ctx context.Context, c *websocket.Conn)) (*Link, context.CancelFunc) {
 	t.Helper()
+	return pairBeating(t, silence, heartbeat, writeMax, nil, peer)
+}
+
+// pairBeating is pair for a link that calls beat instead of firing
+// Heartbeat (NewBeating).
+func pairBeating(t testing.TB, silence, heartbeat, writeMax time.Duration, beat func(), peer func(ctx context.Context, c *websocket.Conn)) (*Link, context.CancelFunc) {
+	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := websocket.Accept(w, r, nil)
 		if err != nil {
@@ -34,7 +41,7 @@ func pair(t testing.TB, silence, heartbeat, writeMax time.Duration, peer func(ct
 	}
 	t.Cleanup(func() { conn.CloseNow() })
 	ctx, cancel := context.WithCancel(context.Background())
-	l := newLink(ctx, conn, "peer", silence, heartbeat, writeMax)
+	l := newLink(ctx, conn, "peer", silence, heartbeat, writeMax, beat)
 	t.Cleanup(l.Close)
 	t.Cleanup(cancel)
 	return l, cancel
@@ -119,6 +126,54 @@ func TestHeartbeatOnlyWhenIdle(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		if m := <-got; m != "m" {
 			t.Fatalf("peer got %q", m)
+		}
+	}
+}
+
+// A link made by NewBeating calls beat where another's Heartbeat fires:
+// not while writes keep coming, and again an interval after each beat's
+// heartbeat is written.
+func TestBeatOnlyWhenIdle(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	beats := make(chan time.Time, 100)
+	var l *Link
+	ready := make(chan struct{})
+	l, _ = pairBeating(t, time.Hour, interval, time.Second, func() {
+		<-ready
+		beats <- time.Now()
+		l.SendHeartbeat(time.Now())
+	}, func(ctx context.Context, c *websocket.Conn) {
+		for {
+			if _, _, err := c.Read(ctx); err != nil {
+				return
+			}
+		}
+	})
+	close(ready)
+	if l.Heartbeat() != nil {
+		t.Fatal("a beating link's Heartbeat channel is not nil")
+	}
+	for i := 0; i < 12; i++ {
+		if err := l.Write([]byte("m")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(interval / 4)
+	}
+	select {
+	case at := <-beats:
+		t.Fatalf("beat at %s while writes came a quarter interval apart", at)
+	default:
+	}
+	var last time.Time
+	for i := 0; i < 3; i++ {
+		select {
+		case at := <-beats:
+			if i > 0 && at.Sub(last) < interval {
+				t.Fatalf("beat %d came %s after the last heartbeat, interval %s", i, at.Sub(last), interval)
+			}
+			last = at
+		case <-time.After(10 * interval):
+			t.Fatalf("no beat %d once idle", i)
 		}
 	}
 }

@@ -148,6 +148,45 @@ func TestSubscriptionSeesChangesInOrder(t *testing.T) {
 	}
 }
 
+// A subscription made with SubscribeFunc calls its function where another's
+// Ready would fire, and queues the same changes for Take.
+func TestSubscribeFuncCallsOnChange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	called := make(chan struct{}, 100)
+	sub := s.SubscribeFunc("w/", func() { called <- struct{}{} })
+	if _, err := s.Txn().Create("x/ignored", obj{N: 1}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Txn().Create("w/a", obj{N: 2}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-called:
+	case <-ctx.Done():
+		t.Fatal("no call for a change under the prefix")
+	}
+	changes, _ := sub.Take()
+	if len(changes) != 1 || changes[0].Key != "w/a" {
+		t.Fatalf("changes taken: %+v", changes)
+	}
+	// Closed, it is called no more.
+	sub.Close()
+	if _, err := s.Txn().Create("w/b", obj{N: 3}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-called:
+		t.Fatal("a closed subscription's function was called")
+	default:
+	}
+}
+
 // Subscriptions of nested, equal, empty and exact-key prefixes each get
 // exactly the changes under their prefix; a closed one gets nothing more.
 func TestSubscriptionsByPrefix(t *testing.T) {

@@ -25,6 +25,7 @@ type Subscription struct {
 	queue  []Change
 	resync bool
 	notify chan struct{}
+	ready  func() // called instead of notify, if set (SubscribeFunc)
 }
 
 // Subscribe follows changes under prefix from now on. A consumer lists the
@@ -32,6 +33,18 @@ type Subscription struct {
 // resync, it lists again (the cache was reloaded and changes were skipped).
 func (s *Store) Subscribe(prefix string) *Subscription {
 	sub := &Subscription{c: s.cache, prefix: prefix, notify: make(chan struct{}, 1)}
+	s.cache.mu.Lock()
+	s.cache.addSub(sub)
+	s.cache.mu.Unlock()
+	return sub
+}
+
+// SubscribeFunc is Subscribe for a consumer with no goroutine waiting on
+// Ready (whose channel then never fires): the cache calls ready, under its
+// lock, when changes may have queued. ready must return at once and must
+// not call the store; the consumer calls Take later, from elsewhere.
+func (s *Store) SubscribeFunc(prefix string, ready func()) *Subscription {
+	sub := &Subscription{c: s.cache, prefix: prefix, ready: ready}
 	s.cache.mu.Lock()
 	s.cache.addSub(sub)
 	s.cache.mu.Unlock()
@@ -54,6 +67,10 @@ func (sub *Subscription) resyncNow() {
 }
 
 func (sub *Subscription) wake() {
+	if sub.ready != nil {
+		sub.ready()
+		return
+	}
 	select {
 	case sub.notify <- struct{}{}:
 	default:
