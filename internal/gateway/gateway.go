@@ -230,7 +230,11 @@ func (g *Gateway) serve(ctx context.Context, conn *websocket.Conn, parked *parke
 	s.parked = parked
 	defer closeSession()
 	s.wmu.Lock() // the link's timer writes under it
-	s.link = link.NewBeating(sctx, conn, "agent", func() { g.heartbeat(s) })
+	opts := link.Options{Beat: func() { g.heartbeat(s) }}
+	if parked != nil {
+		opts.Batch = parked.out
+	}
+	s.link = link.NewWith(sctx, conn, "agent", opts)
 	s.wmu.Unlock()
 	defer s.link.Close()
 	// The session's goroutine receives; what it sends goes from whoever

@@ -34,6 +34,7 @@ type parkedConn struct {
 	chunk *[]byte // from readChunks while data is in it
 	data  []byte  // unread bytes, in chunk or carried over from net/http
 	lib   *bufio.Reader
+	out   *batchWriter
 }
 
 // await returns once the next read of the websocket library will not wait:
@@ -135,6 +136,83 @@ func (w *parkingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		pc.data = bytes.Clone(b)
 	}
 	pc.lib = bufio.NewReaderSize(pc, 16)
+	pc.out = &batchWriter{conn: conn}
 	w.conn = pc
-	return pc, bufio.NewReadWriter(pc.lib, brw.Writer), nil
+	return pc, bufio.NewReadWriter(pc.lib, bufio.NewWriterSize(pc.out, 16)), nil
+}
+
+// writeChunks hold a message's frames while a session writes it.
+var writeChunks = sync.Pool{New: func() any { b := make([]byte, 0, readChunkSize); return &b }}
+
+// maxPooledChunk: the chunk of a rare large message is not kept.
+const maxPooledChunk = 64 << 10
+
+// batchWriter is what the websocket library writes through on a parked
+// connection, behind a bufio.Writer of 16 bytes instead of net/http's
+// 4 KiB, which the library kept for the connection's life (~20 MiB at
+// 5,000 sessions). Between Begin and Flush, while the session writes a
+// message (link.Batcher), it gathers the frames in a pooled chunk, and
+// Flush sends them in one write as the 4 KiB buffer did; otherwise (the
+// library's own close or pong frames) it writes through. Writes, through
+// or flushed, hold mu, so the bytes of a frame that straddles Begin or
+// Flush still reach the socket in order.
+type batchWriter struct {
+	conn     net.Conn
+	mu       sync.Mutex
+	batching bool
+	chunk    *[]byte
+}
+
+func (w *batchWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.batching {
+		return w.conn.Write(p)
+	}
+	if w.chunk == nil {
+		w.chunk = writeChunks.Get().(*[]byte)
+	}
+	*w.chunk = append(*w.chunk, p...)
+	return len(p), nil
+}
+
+// Begin gathers what is written from now on.
+func (w *batchWriter) Begin() {
+	w.mu.Lock()
+	w.batching = true
+	w.mu.Unlock()
+}
+
+// Flush writes what was gathered, and writes through again.
+func (w *batchWriter) Flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.batching = false
+	c := w.chunk
+	if c == nil {
+		return nil
+	}
+	w.chunk = nil
+	_, err := w.conn.Write(*c)
+	putWriteChunk(c)
+	return err
+}
+
+// Discard drops what was gathered (a message the library failed to
+// write), and writes through again.
+func (w *batchWriter) Discard() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.batching = false
+	if w.chunk != nil {
+		putWriteChunk(w.chunk)
+		w.chunk = nil
+	}
+}
+
+func putWriteChunk(c *[]byte) {
+	if cap(*c) <= maxPooledChunk {
+		*c = (*c)[:0]
+		writeChunks.Put(c)
+	}
 }

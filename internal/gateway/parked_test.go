@@ -45,7 +45,7 @@ func echoServer(t *testing.T, tls bool) (srv *httptest.Server, parked *atomic.Bo
 		}
 		defer c.CloseNow()
 		c.SetReadLimit(1 << 20)
-		for {
+		for i := 0; ; i++ {
 			// As a session does: wait outside the library, then read.
 			if pw.conn != nil {
 				pw.conn.await()
@@ -54,7 +54,21 @@ func echoServer(t *testing.T, tls bool) (srv *httptest.Server, parked *atomic.Bo
 			if err != nil {
 				return
 			}
-			if err := c.Write(context.Background(), typ, b); err != nil {
+			// Every other message is gathered and flushed as a session's
+			// are; the others are written through, as the library's own.
+			batch := pw.conn != nil && i%2 == 0
+			if batch {
+				pw.conn.out.Begin()
+			}
+			err = c.Write(context.Background(), typ, b)
+			if batch {
+				if err == nil {
+					err = pw.conn.out.Flush()
+				} else {
+					pw.conn.out.Discard()
+				}
+			}
+			if err != nil {
 				return
 			}
 		}
@@ -252,6 +266,76 @@ func TestAwaitReturnsWhenAReadWouldNotWait(t *testing.T) {
 	returns("the peer gone")
 	if _, err := pc.lib.Read(b); err != io.EOF {
 		t.Fatalf("read after the peer closed: %v, want EOF", err)
+	}
+}
+
+// countingConn counts the writes that reach the connection.
+type countingConn struct {
+	net.Conn
+	writes atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// A gathered message reaches the socket in one write whatever the
+// library's 16-byte writer does with it, and a frame that straddles Begin
+// or Flush keeps its bytes in order.
+func TestBatchWriterSendsAMessageInOneWrite(t *testing.T) {
+	pc, client := tcpPair(t)
+	cc := &countingConn{Conn: pc.Conn}
+	w := &batchWriter{conn: cc}
+	bw := bufio.NewWriterSize(w, 16)
+	payload := bytes.Repeat([]byte("0123456789"), 300)
+
+	w.Begin()
+	bw.Write([]byte{0x81, 126, 0x0b, 0xb8}) // a frame header, as the library writes it
+	bw.Write(payload)
+	bw.Flush()
+	if n := cc.writes.Load(); n != 0 {
+		t.Fatalf("%d writes reached the socket before Flush", n)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := cc.writes.Load(); n != 1 {
+		t.Fatalf("a gathered message took %d writes, want 1", n)
+	}
+	if w.chunk != nil {
+		t.Fatal("the chunk was kept after Flush")
+	}
+
+	// Written through: a frame begun outside a batch and ended inside one,
+	// then one begun inside and ended after the flush.
+	bw.Write([]byte("AAAAAAAAAA"))
+	bw.Write([]byte("AAAAAAAAAAAAAAAAAAAA")) // 16 through, 14 buffered
+	w.Begin()
+	bw.Flush() // the 14 into the chunk
+	bw.Write([]byte("BBBBBBBBBBBBBBBBBBBB"))
+	bw.Write([]byte("CCCCCCCCCC")) // buffered past the flush
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	bw.Flush()
+
+	// A discarded batch sends nothing.
+	w.Begin()
+	bw.Write([]byte("dropped, never sent"))
+	bw.Flush()
+	w.Discard()
+	bw.Write([]byte("end"))
+	bw.Flush()
+
+	want := append(append([]byte{0x81, 126, 0x0b, 0xb8}, payload...), "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAABBBBBBBBBBBBBBBBBBBBCCCCCCCCCCend"...)
+	got := make([]byte, len(want))
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(client, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the socket got %q,\nwant %q", got[len(got)-60:], want[len(want)-60:])
 	}
 }
 

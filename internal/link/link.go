@@ -41,6 +41,7 @@ type Link struct {
 	stop      func() bool
 	peer      string
 	beat      []byte // the last heartbeat's encoding, reused
+	batch     Batcher
 }
 
 // ErrSilent is returned by Read after silence ends the connection.
@@ -49,23 +50,42 @@ var ErrSilent = errors.New("peer silent")
 // New starts the read watchdog; ctx ending closes the connection. peer
 // names the other end in errors ("agent", "server").
 func New(ctx context.Context, conn *websocket.Conn, peer string) *Link {
-	return newLink(ctx, conn, peer, protocol.SilenceLimit, protocol.HeartbeatInterval, WriteLimit, nil)
+	return newLink(ctx, conn, peer, protocol.SilenceLimit, protocol.HeartbeatInterval, WriteLimit, Options{})
 }
 
-// NewBeating is New for an end with no goroutine waiting on Heartbeat
-// (whose channel is then nil): beat is called, in a goroutine of its own,
-// when this end has written nothing for the heartbeat interval.
-func NewBeating(ctx context.Context, conn *websocket.Conn, peer string, beat func()) *Link {
-	return newLink(ctx, conn, peer, protocol.SilenceLimit, protocol.HeartbeatInterval, WriteLimit, beat)
+// Options change how a link made by NewWith writes.
+type Options struct {
+	// Beat, if set, is called (in a goroutine of its own) when this end
+	// has written nothing for the heartbeat interval, instead of
+	// Heartbeat's channel firing (it is then nil): for an end with no
+	// goroutine waiting on it.
+	Beat func()
+	// Batch, if set, gathers each message's frames into one write.
+	Batch Batcher
 }
 
-func newLink(ctx context.Context, conn *websocket.Conn, peer string, silence, heartbeat, writeMax time.Duration, beat func()) *Link {
-	l := &Link{conn: conn, silence: silence, interval: heartbeat, writeMax: writeMax, peer: peer}
+// A Batcher holds what the websocket library writes for one message
+// between Begin and Flush (or Discard, when the library's write failed),
+// and writes it to the connection in Flush, which runs under the write
+// watchdog.
+type Batcher interface {
+	Begin()
+	Flush() error
+	Discard()
+}
+
+// NewWith is New with opts.
+func NewWith(ctx context.Context, conn *websocket.Conn, peer string, opts Options) *Link {
+	return newLink(ctx, conn, peer, protocol.SilenceLimit, protocol.HeartbeatInterval, WriteLimit, opts)
+}
+
+func newLink(ctx context.Context, conn *websocket.Conn, peer string, silence, heartbeat, writeMax time.Duration, opts Options) *Link {
+	l := &Link{conn: conn, silence: silence, interval: heartbeat, writeMax: writeMax, peer: peer, batch: opts.Batch}
 	l.readDog = time.AfterFunc(silence, func() { l.silent.Store(true); conn.CloseNow() })
 	l.writeDog = time.AfterFunc(time.Hour, func() { l.stalled.Store(true); conn.CloseNow() })
 	l.writeDog.Stop()
-	if beat != nil {
-		l.heartbeat = time.AfterFunc(heartbeat, beat)
+	if opts.Beat != nil {
+		l.heartbeat = time.AfterFunc(heartbeat, opts.Beat)
 	} else {
 		l.heartbeat = time.NewTimer(heartbeat)
 	}
@@ -83,7 +103,7 @@ func (l *Link) Close() {
 
 // Heartbeat fires when this end has written nothing for the heartbeat
 // interval; the caller sends one then (a write pushes it back). Nil for a
-// link made by NewBeating.
+// link given Options.Beat.
 func (l *Link) Heartbeat() <-chan time.Time { return l.heartbeat.C }
 
 // Reader returns the next message's reader; every message arrived pushes
@@ -117,7 +137,17 @@ func (l *Link) Read() ([]byte, error) {
 // Write sends one text message and pushes the heartbeat back.
 func (l *Link) Write(b []byte) error {
 	l.writeDog.Reset(l.writeMax)
+	if l.batch != nil {
+		l.batch.Begin()
+	}
 	err := l.conn.Write(context.Background(), websocket.MessageText, b)
+	if l.batch != nil {
+		if err != nil {
+			l.batch.Discard()
+		} else {
+			err = l.batch.Flush()
+		}
+	}
 	l.writeDog.Stop()
 	if err != nil {
 		return l.cause(err)

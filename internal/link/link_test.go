@@ -19,12 +19,11 @@ import (
 // returned wrapped in a Link with the given timing.
 func pair(t testing.TB, silence, heartbeat, writeMax time.Duration, peer func(ctx context.Context, c *websocket.Conn)) (*Link, context.CancelFunc) {
 	t.Helper()
-	return pairBeating(t, silence, heartbeat, writeMax, nil, peer)
+	return pairWith(t, silence, heartbeat, writeMax, Options{}, peer)
 }
 
-// pairBeating is pair for a link that calls beat instead of firing
-// Heartbeat (NewBeating).
-func pairBeating(t testing.TB, silence, heartbeat, writeMax time.Duration, beat func(), peer func(ctx context.Context, c *websocket.Conn)) (*Link, context.CancelFunc) {
+// pairWith is pair for a link with opts.
+func pairWith(t testing.TB, silence, heartbeat, writeMax time.Duration, opts Options, peer func(ctx context.Context, c *websocket.Conn)) (*Link, context.CancelFunc) {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := websocket.Accept(w, r, nil)
@@ -41,7 +40,7 @@ func pairBeating(t testing.TB, silence, heartbeat, writeMax time.Duration, beat 
 	}
 	t.Cleanup(func() { conn.CloseNow() })
 	ctx, cancel := context.WithCancel(context.Background())
-	l := newLink(ctx, conn, "peer", silence, heartbeat, writeMax, beat)
+	l := newLink(ctx, conn, "peer", silence, heartbeat, writeMax, opts)
 	t.Cleanup(l.Close)
 	t.Cleanup(cancel)
 	return l, cancel
@@ -130,7 +129,7 @@ func TestHeartbeatOnlyWhenIdle(t *testing.T) {
 	}
 }
 
-// A link made by NewBeating calls beat where another's Heartbeat fires:
+// A link given Options.Beat calls it where another's Heartbeat fires:
 // not while writes keep coming, and again an interval after each beat's
 // heartbeat is written.
 func TestBeatOnlyWhenIdle(t *testing.T) {
@@ -138,11 +137,11 @@ func TestBeatOnlyWhenIdle(t *testing.T) {
 	beats := make(chan time.Time, 100)
 	var l *Link
 	ready := make(chan struct{})
-	l, _ = pairBeating(t, time.Hour, interval, time.Second, func() {
+	l, _ = pairWith(t, time.Hour, interval, time.Second, Options{Beat: func() {
 		<-ready
 		beats <- time.Now()
 		l.SendHeartbeat(time.Now())
-	}, func(ctx context.Context, c *websocket.Conn) {
+	}}, func(ctx context.Context, c *websocket.Conn) {
 		for {
 			if _, _, err := c.Read(ctx); err != nil {
 				return
