@@ -2,19 +2,14 @@ package gateway_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 	"github.com/coder/websocket"
@@ -34,28 +29,7 @@ type agentConn struct {
 
 func dialAgent(t *testing.T, srv *testenv.Server, cred *control.CreateAgentCredentialResponse, instance string) *agentConn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	u := srv.URL + protocol.Path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	empty := sha256.Sum256(nil)
-	if err := v4.NewSigner().SignHTTP(ctx, aws.Credentials{AccessKeyID: cred.AccessKeyID, SecretAccessKey: cred.SecretAccessKey},
-		req, hex.EncodeToString(empty[:]), "ecs", "us-east-1", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	h := http.Header{}
-	for _, k := range []string{"Authorization", "X-Amz-Date"} {
-		h.Set(k, req.Header.Get(k))
-	}
-	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(u, "http"), &websocket.DialOptions{HTTPHeader: h})
-	if err != nil {
-		t.Fatalf("open session: %v", err)
-	}
-	conn.SetReadLimit(8 << 20)
-	t.Cleanup(func() { conn.CloseNow() })
+	conn := testenv.DialSession(t, srv.URL, cred.AccessKeyID, cred.SecretAccessKey)
 	a := &agentConn{t: t, conn: conn, instance: instance}
 	a.send(protocol.Message{Type: protocol.TypeHello, Hello: &protocol.Hello{ProtocolVersion: protocol.Version, ContainerInstanceArn: instance, AgentVersion: "test"}})
 	return a

@@ -2,16 +2,12 @@ package fault
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 	"github.com/coder/websocket"
@@ -38,21 +34,8 @@ type wireAgent struct {
 
 func dialSession(t *testing.T, url, key, secret, instance string) *wireAgent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), protocolDeadline)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+protocol.Path, nil)
-	empty := sha256.Sum256(nil)
-	if err := v4.NewSigner().SignHTTP(ctx, aws.Credentials{AccessKeyID: key, SecretAccessKey: secret}, req,
-		hex.EncodeToString(empty[:]), "ecs", "us-east-1", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+protocol.Path, &websocket.DialOptions{HTTPHeader: req.Header})
-	if err != nil {
-		t.Fatalf("open session: %v", err)
-	}
-	conn.SetReadLimit(64 << 20)
+	conn := testenv.DialSession(t, url, key, secret)
 	w := &wireAgent{t: t, conn: conn, instance: instance, in: make(chan protocol.Message, 64), done: make(chan error, 1)}
-	t.Cleanup(func() { conn.CloseNow() })
 	go func() {
 		for {
 			_, b, err := conn.Read(context.Background())
