@@ -312,7 +312,7 @@ func TestFleetDaemonCountsFollowChanges(t *testing.T) {
 			var at []string
 			for id, fi := range c.instances {
 				for _, p := range fi.placements {
-					keep, at = append(keep, p), append(at, id)
+					keep, at = append(keep, p.p), append(at, id)
 				}
 			}
 			fleetIndex{f: f, kind: "daemonplacements/"}.Reset()
