@@ -218,10 +218,10 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// serve opens the session and runs it. The receiving goroutine blocks in
-// a read for the session's life: it runs from here, not from under open's
-// large frame (~2 KiB), so that its stack can shrink to 8 KiB between
-// messages rather than stay at 16 (~40 MiB at 5,000 sessions).
+// serve opens the session and runs it. The receiving goroutine waits for
+// messages for the session's life: it runs from here, not from under
+// open's large frame (~2 KiB), so that its stack can shrink between
+// messages (receive says how far).
 func (g *Gateway) serve(ctx context.Context, conn *websocket.Conn, parked *parkedConn, p auth.Principal) error {
 	s, sctx, closeSession, err := g.open(ctx, conn, p)
 	if err != nil {

@@ -42,7 +42,7 @@ type parkedConn struct {
 // or it failed (the read that follows reports how). A session waits for its
 // agent's next message here rather than deep in the library's frame reader,
 // so that its parked goroutine's stack is small enough for the collector to
-// shrink (Gateway.session).
+// shrink (Gateway.receive).
 func (c *parkedConn) await() {
 	if len(c.data) > 0 || c.lib.Buffered() > 0 {
 		return

@@ -68,18 +68,13 @@ func (g *Gateway) heartbeat(s *session) {
 // startWriting follows the instance's desired tasks and record, and owes
 // the agent its first manifest.
 func (g *Gateway) startWriting(ctx context.Context, s *session) {
-	// No writer starts until both subscriptions are in place: either may
-	// call wake before the other exists.
-	s.mu.Lock()
-	s.running = true
-	s.mu.Unlock()
-	s.ctx = ctx
+	// The first writer is started here, once both subscriptions exist:
+	// marked running, the session's wakes until then only note work.
+	s.ctx, s.owed, s.running = ctx, true, true
 	s.desired = g.st.SubscribeFunc(store.DesiredPrefix(s.cluster, s.instance), func() { g.wake(s, true, false) })
 	s.record = g.st.SubscribeFunc(store.ContainerInstanceKey(s.cluster, s.instance), func() { g.wake(s, false, true) })
-	s.mu.Lock()
-	s.running = false
-	s.mu.Unlock()
-	g.wake(s, true, false)
+	s.writers.Add(1)
+	go g.writeOwed(s)
 }
 
 // stopWriting waits, once the session has ended, for what it was writing.
