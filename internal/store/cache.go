@@ -19,6 +19,12 @@ import (
 )
 
 type entry struct {
+	// value is as etcd holds it: JSON, or compressed (values.go). Kept
+	// compressed, the records take ~60% of the memory, the largest share
+	// of the server's live heap (70 MiB decompressed at 5,000 instances
+	// after a rollout), for a decompression on each read that decodes
+	// (~1 µs a task record, a tenth of the decoding); controllers read
+	// through Memos, which decode only what changed.
 	value []byte
 	rev   int64
 	// cold: the value is not kept (see coldPrefixes); value is nil.
@@ -185,10 +191,7 @@ func (c *cache) load(ctx context.Context) error {
 	tree := newTree(treeDegree)
 	for _, k := range resp.Kvs {
 		key := string(k.Key)
-		e := newEntry(key[len(c.prefix):], nil, k.ModRevision)
-		if !e.cold {
-			e.value = c.stored(key, k.Value)
-		}
+		e := newEntry(key[len(c.prefix):], k.Value, k.ModRevision)
 		tree.ReplaceOrInsert(item{key, &e})
 	}
 	c.ixmu.Lock()
@@ -295,11 +298,11 @@ func (c *cache) apply(events []*clientv3.Event, rev int64) {
 			k := string(ev.Kv.Key)
 			switch ev.Type {
 			case mvccpb.PUT:
-				e := newEntry(k[len(c.prefix):], nil, ev.Kv.ModRevision)
+				e := newEntry(k[len(c.prefix):], ev.Kv.Value, ev.Kv.ModRevision)
 				ch := Change{Key: k[len(c.prefix):], Rev: ev.Kv.ModRevision, Value: ev.Kv.Value, encoded: e.cold}
 				if !e.cold {
-					e.value = c.stored(k, ev.Kv.Value)
-					ch.Value = e.value
+					// The indexes take JSON; the cache keeps what etcd holds.
+					ch.Value = c.stored(k, ev.Kv.Value)
 				}
 				tree.ReplaceOrInsert(item{k, &e})
 				changes = append(changes, ch)

@@ -40,11 +40,8 @@ func (s *Store) fillCold(ctx context.Context, kvs []kv) ([]kv, error) {
 			if k == len(resp.Kvs) || string(resp.Kvs[k].Key) != e.key {
 				continue
 			}
-			v, err := s.cache.decode(e.key, resp.Kvs[k].Value)
-			if err != nil {
-				return nil, err
-			}
-			e.value, e.rev, e.cold = v, resp.Kvs[k].ModRevision, false
+			// As etcd holds it, as the cache's values are.
+			e.value, e.rev, e.cold = resp.Kvs[k].Value, resp.Kvs[k].ModRevision, false
 			out = append(out, e)
 		}
 		i = j

@@ -52,7 +52,7 @@ func (c *cache) replay(x index) {
 		if !strings.HasPrefix(it.key, full) {
 			return false
 		}
-		x.ix.Put(it.key[len(c.prefix):], it.e.value, it.e.rev)
+		x.ix.Put(it.key[len(c.prefix):], c.stored(it.key, it.e.value), it.e.rev)
 		return true
 	})
 }

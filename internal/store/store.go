@@ -245,7 +245,7 @@ func Get[T any](ctx context.Context, s *Store, key string) (Item[T], error) {
 		return it, fmt.Errorf("%s: %w", key, ErrNotFound)
 	}
 	it.Key, it.Rev = key, e.rev
-	if err := codec.Unmarshal(e.value, &it.Value); err != nil {
+	if err := withJSON(e.value, func(b []byte) error { return codec.Unmarshal(b, &it.Value) }); err != nil {
 		return it, fmt.Errorf("decode %s: %w", key, err)
 	}
 	return it, nil
@@ -287,7 +287,7 @@ func List[T any](ctx context.Context, s *Store, prefix, after string, limit int)
 	}
 	items = make([]Item[T], len(kvs))
 	for i, e := range kvs {
-		if err := codec.Unmarshal(e.value, &items[i].Value); err != nil {
+		if err := withJSON(e.value, func(b []byte) error { return codec.Unmarshal(b, &items[i].Value) }); err != nil {
 			return nil, false, fmt.Errorf("decode %s: %w", e.key, err)
 		}
 		items[i].Key, items[i].Rev = e.key[len(s.prefix):], e.rev
@@ -296,8 +296,8 @@ func List[T any](ctx context.Context, s *Store, prefix, after string, limit int)
 }
 
 // ListRaw returns the stored JSON of every object under prefix, in key
-// order, for callers that pass it on as it is. The slices are shared with
-// the cache: they must not be changed.
+// order, for callers that pass it on as it is. The slices may be shared
+// with the cache: they must not be changed.
 func ListRaw(ctx context.Context, s *Store, prefix string) ([][]byte, error) {
 	if err := s.sync(ctx); err != nil {
 		return nil, err
@@ -306,11 +306,23 @@ func ListRaw(ctx context.Context, s *Store, prefix string) ([][]byte, error) {
 	// the prefix holds records the cache keeps no value for.
 	var out [][]byte
 	cold := false
-	s.cache.scan(s.prefix+prefix, "", 0, func(_ string, e entry) bool {
+	var bad error
+	s.cache.scan(s.prefix+prefix, "", 0, func(k string, e entry) bool {
 		cold = e.cold
-		out = append(out, e.value)
-		return !cold
+		if cold {
+			return false
+		}
+		v, err := decodeValue(e.value)
+		if err != nil {
+			bad = fmt.Errorf("%s: %w", k[len(s.prefix):], err)
+			return false
+		}
+		out = append(out, v)
+		return true
 	})
+	if bad != nil {
+		return nil, bad
+	}
 	if !cold {
 		return out, nil
 	}
@@ -325,7 +337,9 @@ func ListRaw(ctx context.Context, s *Store, prefix string) ([][]byte, error) {
 	}
 	out = make([][]byte, len(kvs))
 	for i, e := range kvs {
-		out[i] = e.value
+		if out[i], err = decodeValue(e.value); err != nil {
+			return nil, fmt.Errorf("%s: %w", e.key[len(s.prefix):], err)
+		}
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	_ "embed"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -8,18 +9,48 @@ import (
 	"github.com/klauspost/compress/s2"
 )
 
-// Values of compressMin bytes or more go to etcd compressed (s2's block
-// format) behind a zero byte, which no JSON value starts with; plain JSON
-// is still read as it is, so a store written by an earlier version opens
-// unchanged. Every byte written is marshalled, logged, applied and held
-// in raft's memory several times over inside etcd: at 5,000 instances a
-// rollout wrote ~400 MB, and task records shrink to ~60% of their size,
-// event pages to ~30%, for ~3 µs a record. The cache keeps values
-// decompressed, so readers pay nothing.
+// Values of compressMin bytes or more go to etcd compressed, in s2's block
+// format behind a mark byte no JSON value starts with: dictMark for
+// values compressed against dict1, compressedMark for those an earlier
+// version compressed without it. Plain JSON is read as it is, so a store
+// written by an earlier version opens unchanged. Every byte written is
+// marshalled, logged, applied and held in raft's memory several times
+// over inside etcd and mapped into the server with its database, and the
+// cache keeps values as etcd holds them (see entry), so readers
+// decompress them (~0.3 µs a task record).
+//
+// Records are small and alike: on its own s2 left task records at ~60% of
+// their JSON, container instances at ~58%, and records under 300 bytes
+// as they were. Against a dictionary of such records it leaves tasks at
+// ~31%, container instances at ~15% and placements at ~40%, measured on
+// a 200-instance scale run's records in another cluster, region and
+// account than the dictionary's (docs/performance.md, twenty-fourth
+// round), for ~0.6 µs more a record.
 const (
-	compressMin    = 256
+	compressMin    = 128
 	compressedMark = 0x00
+	dictMark       = 0x01
 )
+
+// dictText is dict1's content: records of each kind the store holds most
+// of, as this version writes them, with names and identifiers left out.
+// Values written against it can only be read with it: it must never
+// change (TestDictionaryIsFrozen). A better one takes a new mark.
+//
+//go:embed values.dict
+var dictText []byte
+
+// dict1 is dictText in s2's serialized dictionary form: the repeat offset
+// (0) as a uvarint, then the content. Built from that form, not with
+// s2.MakeDict, whose choice of repeat offset could differ between
+// versions of the library.
+var dict1 = func() *s2.Dict {
+	d := s2.NewDict(append([]byte{0}, dictText...))
+	if d == nil {
+		panic("store: values.dict is not a usable s2 dictionary")
+	}
+	return d
+}()
 
 // encodeValue is what goes to etcd for the JSON value b, which the caller
 // must not change afterwards (the string may share its bytes).
@@ -31,10 +62,9 @@ func encodeValue(b []byte) string {
 			*scratch = make([]byte, n)
 		}
 		out := (*scratch)[:cap(*scratch)]
-		out[0] = compressedMark
-		out = out[:1+len(s2.Encode(out[1:], b))]
-		// Worth a decompression on every watch and load only if it saves
-		// an eighth.
+		out[0] = dictMark
+		out = out[:1+len(dict1.Encode(out[1:], b))]
+		// Worth a decompression on every read only if it saves an eighth.
 		if len(out) <= len(b)-len(b)/8 {
 			return string(out) // the one copy, at its compressed size
 		}
@@ -49,14 +79,50 @@ func encodeValue(b []byte) string {
 // then copied out at its final size.
 var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
 
-// decodeValue is the JSON value of what etcd holds.
-func decodeValue(v []byte) ([]byte, error) {
-	if len(v) == 0 || v[0] != compressedMark {
-		return v, nil
+// compressed reports whether v, as etcd holds it, is compressed.
+func compressed(v []byte) bool {
+	return len(v) > 0 && (v[0] == compressedMark || v[0] == dictMark)
+}
+
+// decompress is decodeValue into dst's memory if it is large enough.
+func decompress(dst, v []byte) ([]byte, error) {
+	var b []byte
+	var err error
+	if v[0] == dictMark {
+		b, err = dict1.Decode(dst, v[1:])
+	} else {
+		b, err = s2.Decode(dst, v[1:])
 	}
-	b, err := s2.Decode(nil, v[1:])
 	if err != nil {
 		return nil, fmt.Errorf("decompress value: %w", err)
 	}
 	return b, nil
+}
+
+// withJSON calls fn with the JSON of v, a value as etcd holds it: a
+// compressed one is decompressed into a pooled buffer, which fn must not
+// keep (a decoder copies what it keeps, as encoding/json's contract
+// asks of Unmarshalers too).
+func withJSON(v []byte, fn func([]byte) error) error {
+	if !compressed(v) {
+		return fn(v)
+	}
+	buf := scratchPool.Get().(*[]byte)
+	defer scratchPool.Put(buf)
+	b, err := decompress((*buf)[:cap(*buf)], v)
+	if err != nil {
+		return err
+	}
+	if cap(b) > cap(*buf) {
+		*buf = b
+	}
+	return fn(b)
+}
+
+// decodeValue is the JSON value of what etcd holds.
+func decodeValue(v []byte) ([]byte, error) {
+	if !compressed(v) {
+		return v, nil
+	}
+	return decompress(nil, v)
 }
