@@ -11,8 +11,8 @@ import (
 
 // Values of compressMin bytes or more go to etcd compressed, in s2's block
 // format behind a mark byte no JSON value starts with: dictMark for
-// values compressed against dict1, compressedMark for those an earlier
-// version compressed without it. Plain JSON is read as it is, so a store
+// values compressed against dict1, compressedMark for those compressed
+// without it (larger values, and all an earlier version wrote). Plain JSON is read as it is, so a store
 // written by an earlier version opens unchanged. Every byte written is
 // marshalled, logged, applied and held in raft's memory several times
 // over inside etcd and mapped into the server with its database, and the
@@ -25,9 +25,16 @@ import (
 // ~31%, container instances at ~15% and placements at ~40%, measured on
 // a 200-instance scale run's records in another cluster, region and
 // account than the dictionary's (docs/performance.md, twenty-fourth
-// round), for ~0.6 µs more a record.
+// round).
+//
+// Larger values (event pages, deployments) are long enough to find their
+// own repeats, and gain little from the dictionary (event pages ~19% →
+// ~15%); they are compressed without it, by s2's assembly encoder, which
+// has none for dictionaries: at 5,000 instances the dictionary's encoder
+// took 2.5 s of the server's CPU in a rollout, against 0.4 s for s2's.
 const (
 	compressMin    = 128
+	dictMax        = 4 << 10
 	compressedMark = 0x00
 	dictMark       = 0x01
 )
@@ -62,8 +69,13 @@ func encodeValue(b []byte) string {
 			*scratch = make([]byte, n)
 		}
 		out := (*scratch)[:cap(*scratch)]
-		out[0] = dictMark
-		out = out[:1+len(dict1.Encode(out[1:], b))]
+		if len(b) <= dictMax {
+			out[0] = dictMark
+			out = out[:1+len(dict1.Encode(out[1:], b))]
+		} else {
+			out[0] = compressedMark
+			out = out[:1+len(s2.Encode(out[1:], b))]
+		}
 		// Worth a decompression on every read only if it saves an eighth.
 		if len(out) <= len(b)-len(b)/8 {
 			return string(out) // the one copy, at its compressed size
