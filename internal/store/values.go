@@ -3,6 +3,7 @@ package store
 import (
 	_ "embed"
 	"fmt"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -71,7 +72,7 @@ func encodeValue(b []byte) string {
 		out := (*scratch)[:cap(*scratch)]
 		if len(b) <= dictMax {
 			out[0] = dictMark
-			out = out[:1+len(dict1.Encode(out[1:], b))]
+			out = out[:1+len(dictEncode(out[1:], b))]
 		} else {
 			out[0] = compressedMark
 			out = out[:1+len(s2.Encode(out[1:], b))]
@@ -85,6 +86,48 @@ func encodeValue(b []byte) string {
 		return ""
 	}
 	return unsafe.String(&b[0], len(b))
+}
+
+// dictEncode is dict1.Encode run on an encoder goroutine. The
+// dictionary's encoder keeps its 64 KiB hash table in a local array: run
+// on the writer's goroutine, it grew the stacks of the 5,000 agent
+// sessions' receivers (which write their tasks' states) from 4 to 128 KiB,
+// each until the next collection shrank it, and the growth and the
+// collector's pacing on those stacks cost more than the handoff.
+func dictEncode(dst, src []byte) []byte {
+	encodersOnce.Do(startEncoders)
+	j := encodeJobs.Get().(*encodeJob)
+	j.dst, j.src = dst, src
+	encodeQueue <- j
+	<-j.done
+	out := j.dst
+	j.dst, j.src = nil, nil
+	encodeJobs.Put(j)
+	return out
+}
+
+type encodeJob struct {
+	dst, src []byte
+	done     chan struct{}
+}
+
+var (
+	encodeQueue  = make(chan *encodeJob)
+	encodersOnce sync.Once
+	encodeJobs   = sync.Pool{New: func() any { return &encodeJob{done: make(chan struct{}, 1)} }}
+)
+
+// startEncoders starts one encoder per processor; they live as long as
+// the process.
+func startEncoders() {
+	for range runtime.GOMAXPROCS(0) {
+		go func() {
+			for j := range encodeQueue {
+				j.dst = dict1.Encode(j.dst, j.src)
+				j.done <- struct{}{}
+			}
+		}()
+	}
 }
 
 // scratchPool holds compression buffers: a value is compressed into one,

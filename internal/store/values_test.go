@@ -308,3 +308,28 @@ func TestLargeValuesSkipTheDictionary(t *testing.T) {
 		t.Fatalf("round trip: %v", err)
 	}
 }
+
+// Values encoded side by side each get their own encoding back (the
+// dictionary's encoder runs on goroutines of its own).
+func TestConcurrentEncodesKeepTheirOwnValues(t *testing.T) {
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				v := bytes.ReplaceAll(otherTask, []byte("4b7d9e1f3a5c"), fmt.Appendf(nil, "%06d%06d", g, i))
+				enc := encodeValue(bytes.Clone(v))
+				out, err := decodeValue([]byte(enc))
+				if err != nil || enc[0] != dictMark || !bytes.Equal(out, v) {
+					errs <- fmt.Errorf("goroutine %d value %d: mark %#x, %v", g, i, enc[0], err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
