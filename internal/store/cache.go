@@ -19,12 +19,11 @@ import (
 )
 
 type entry struct {
-	// value is as etcd holds it: JSON, or compressed (values.go). Kept
-	// compressed, the records take ~60% of the memory, the largest share
-	// of the server's live heap (70 MiB decompressed at 5,000 instances
-	// after a rollout), for a decompression on each read that decodes
-	// (~1 µs a task record, a tenth of the decoding); controllers read
-	// through Memos, which decode only what changed.
+	// value is as etcd holds it: JSON, or compressed (values.go). The
+	// records were the largest share of the server's live heap (70 MiB
+	// decompressed at 5,000 instances after a rollout); kept compressed
+	// they cost a decompression on each read that decodes, and
+	// controllers read through Memos, which decode only what changed.
 	value []byte
 	rev   int64
 	// cold: the value is not kept (see coldPrefixes); value is nil.

@@ -312,9 +312,9 @@ func ListRaw(ctx context.Context, s *Store, prefix string) ([][]byte, error) {
 		if cold {
 			return false
 		}
-		v, err := decodeValue(e.value)
+		v, err := s.cache.decode(k, e.value)
 		if err != nil {
-			bad = fmt.Errorf("%s: %w", k[len(s.prefix):], err)
+			bad = err
 			return false
 		}
 		out = append(out, v)
@@ -337,8 +337,8 @@ func ListRaw(ctx context.Context, s *Store, prefix string) ([][]byte, error) {
 	}
 	out = make([][]byte, len(kvs))
 	for i, e := range kvs {
-		if out[i], err = decodeValue(e.value); err != nil {
-			return nil, fmt.Errorf("%s: %w", e.key[len(s.prefix):], err)
+		if out[i], err = s.cache.decode(e.key, e.value); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil

@@ -13,17 +13,17 @@ import (
 // Values of compressMin bytes or more go to etcd compressed, in s2's block
 // format behind a mark byte no JSON value starts with: dictMark for
 // values compressed against dict1, compressedMark for those compressed
-// without it (larger values, and all an earlier version wrote). Plain JSON is read as it is, so a store
-// written by an earlier version opens unchanged. Every byte written is
-// marshalled, logged, applied and held in raft's memory several times
-// over inside etcd and mapped into the server with its database, and the
-// cache keeps values as etcd holds them (see entry), so readers
-// decompress them (~0.3 µs a task record).
+// without it (larger values, and all an earlier version wrote). Plain
+// JSON is read as it is, so a store written by an earlier version opens
+// unchanged. Every byte written is marshalled, logged, applied and held
+// in raft's memory several times over inside etcd and mapped into the
+// server with its database, and the cache keeps values as etcd holds
+// them (see entry), so readers decompress them (~0.3 µs a task record).
 //
 // Records are small and alike: on its own s2 left task records at ~60% of
 // their JSON, container instances at ~58%, and records under 300 bytes
 // as they were. Against a dictionary of such records it leaves tasks at
-// ~31%, container instances at ~15% and placements at ~40%, measured on
+// ~32%, container instances at ~16% and placements at ~42%, measured on
 // a 200-instance scale run's records in another cluster, region and
 // account than the dictionary's (docs/performance.md, twenty-fourth
 // round).
