@@ -55,6 +55,8 @@ type harness struct {
 	c     *ecs.Client
 	host  host
 	cpArn string
+	// mem samples the server's memory for its peaks.
+	mem *memWatch
 	// prov is the server's provisioner in a -provisioned run.
 	prov *hostProvisioner
 	// appCPU and appMem size a service task.

@@ -276,7 +276,11 @@ type Report struct {
 	ServerCPUSeconds        float64               `json:"server_cpu_seconds"`
 	ServerHeapPerInstanceKi float64               `json:"server_heap_per_instance_kib"`
 	ServerGoroutines        int                   `json:"server_goroutines"`
-	EtcdDBMiB               float64               `json:"etcd_db_mib"`
+	// ServerPeaks are the highest memory readings while the run went on.
+	ServerPeaks memPeaks `json:"server_peaks"`
+	EtcdDBMiB   float64  `json:"etcd_db_mib"`
+	// EtcdDefrags are the embedded member's defragmentations, in order.
+	EtcdDefrags []defragRun `json:"etcd_defrags,omitempty"`
 	// The etcd process's own, with -etcd-process.
 	EtcdRSSMiB     float64 `json:"etcd_rss_mib,omitempty"`
 	EtcdPeakRSSMiB float64 `json:"etcd_peak_rss_mib,omitempty"`
@@ -446,10 +450,13 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	default:
 		return nil, fmt.Errorf("-profile-phase: want service, idle or rollout, got %q", o.profilePhase)
 	}
+	mem := startMemWatch(250*time.Millisecond, o.memProfile)
 	h, err := start(ctx, o, w)
 	if err != nil {
+		mem.finish()
 		return nil, err
 	}
+	h.mem = mem
 	defer func() {
 		h.logf("stopping %d hollow instances and the server", len(h.handles))
 		if err := h.close(); err != nil {
@@ -462,6 +469,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	} else {
 		err = measure(ctx, o, h, rep)
 	}
+	rep.ServerPeaks = mem.finish()
 	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
 	rep.Machine.StealSeconds += stealSeconds()
 	if o.memProfile != "" {
@@ -487,10 +495,24 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 		rep.EtcdDBMiB = float64(st.Size()) / (1 << 20)
 	}
 	rep.Stored = storedKinds(ctx, h.srv.Store)
+	for _, d := range h.srv.Store.Defrags() {
+		rep.EtcdDefrags = append(rep.EtcdDefrags, defragRun{At: d.At.Sub(rep.Started).Seconds(),
+			BeforeMiB: float64(d.BeforeBytes) / (1 << 20), AfterMiB: float64(d.AfterBytes) / (1 << 20), Seconds: d.Took.Seconds()})
+	}
 	if hs, herr := h.host.Stats(); herr == nil {
 		rep.AgentCPUSeconds = hs.CPUSeconds
 	}
 	return rep, err
+}
+
+// defragRun is one defragmentation of the embedded etcd: when (seconds
+// into the run), the database's size before and after, and how long it
+// stopped etcd.
+type defragRun struct {
+	At        float64 `json:"at_seconds"`
+	BeforeMiB float64 `json:"before_mib"`
+	AfterMiB  float64 `json:"after_mib"`
+	Seconds   float64 `json:"seconds"`
 }
 
 // storedKind is the count and JSON size of one kind of record.
@@ -599,6 +621,7 @@ func measure(ctx context.Context, o options, h *harness, rep *Report) error {
 		return err
 	}
 	rep.ServiceTasks = 2 * n
+	h.mem.setPhase("service")
 	stopProfile, err := o.profile("service")
 	if err != nil {
 		return err
@@ -627,16 +650,19 @@ func measure(ctx context.Context, o options, h *harness, rep *Report) error {
 	}
 	rep.Invariants = append(rep.Invariants, problems...)
 
+	h.mem.setPhase("idle")
 	h.idle(ctx, o, rep)
 
 	// 4. Rollouts, with API latency sampled during the first.
 	if !o.skipRollouts {
+		h.mem.setPhase("rollouts")
 		if err := h.rollouts(ctx, o, rep, daemonArn, instances); err != nil {
 			return err
 		}
 	}
 
 	// 5. Instance loss.
+	h.mem.setPhase("loss")
 	return h.loss(ctx, o, rep, daemonArn)
 }
 
@@ -663,6 +689,7 @@ func measureProvisioned(ctx context.Context, o options, h *harness, rep *Report)
 		return err
 	}
 	rep.ServiceTasks = 2 * n
+	h.mem.setPhase("provisioning")
 	t := time.Now()
 	if err := h.createServices(ctx, aws.ToString(app.TaskDefinition.TaskDefinitionArn), 2*n); err != nil {
 		return err
@@ -684,11 +711,14 @@ func measureProvisioned(ctx context.Context, o options, h *harness, rep *Report)
 	if err != nil {
 		return err
 	}
+	h.mem.setPhase("idle")
 	h.idle(ctx, o, rep)
 	if !o.skipRollouts {
+		h.mem.setPhase("rollouts")
 		if err := h.rollouts(ctx, o, rep, daemonArn, instances); err != nil {
 			return err
 		}
+		h.mem.setPhase("after the rollouts")
 		// Replaced instances are terminated once deregistered; one launched
 		// beyond the fleet's need would stay (no scale-in in this run).
 		if err := until(ctx, time.Minute, time.Second, "replaced instances terminated", func(context.Context) (bool, error) {
@@ -705,6 +735,7 @@ func measureProvisioned(ctx context.Context, o options, h *harness, rep *Report)
 		}
 		rep.Invariants = append(rep.Invariants, problems...)
 	}
+	h.mem.setPhase("loss")
 	return h.lossProvisioned(ctx, o, rep, daemonArn)
 }
 
@@ -1131,9 +1162,15 @@ func printTable(w io.Writer, r *Report) {
 	fmt.Fprintf(tw, "server RSS (now / peak)\t%.0f MiB\t%.0f MiB\n", r.ServerRSSMiB, r.ServerPeakRSSMiB)
 	fmt.Fprintf(tw, "  anonymous / mapped files / Go heap in use\t%.0f MiB\t%.0f MiB\t%.0f MiB\n", r.ServerRSSAnonMiB, r.ServerRSSFileMiB, r.ServerHeapMiB)
 	fmt.Fprintf(tw, "  goroutine stacks / free heap not returned / heap live\t%.0f MiB\t%.0f MiB\t%.0f MiB\n", r.ServerStacksMiB, r.ServerHeapFreeMiB, r.ServerHeapLiveMiB)
+	pk := r.ServerPeaks
+	fmt.Fprintf(tw, "  peaks: anonymous / mapped files\t%.0f MiB\t%.0f MiB\n", pk.RSSAnonMiB, pk.RSSFileMiB)
+	fmt.Fprintf(tw, "  peaks: heap held / goal / live (at)\t%.0f MiB\t%.0f MiB\t%.0f MiB (%s)\n", pk.HeapRetainedMiB, pk.HeapGoalMiB, pk.HeapLiveMiB, pk.At)
 	fmt.Fprintf(tw, "server CPU\t%.1f s\n", r.ServerCPUSeconds)
 	fmt.Fprintf(tw, "server heap per instance (sessions, records)\t%.1f KiB\n", r.ServerHeapPerInstanceKi)
 	fmt.Fprintf(tw, "etcd db\t%.1f MiB\n", r.EtcdDBMiB)
+	for _, d := range r.EtcdDefrags {
+		fmt.Fprintf(tw, "  defragmented at %.0f s\t%.1f → %.1f MiB\tin %.2f s\n", d.At, d.BeforeMiB, d.AfterMiB, d.Seconds)
+	}
 	if r.EtcdRSSMiB > 0 {
 		fmt.Fprintf(tw, "etcd process RSS (now / peak), CPU\t%.0f MiB\t%.0f MiB\t%.1f s\n", r.EtcdRSSMiB, r.EtcdPeakRSSMiB, r.EtcdCPUSeconds)
 	}

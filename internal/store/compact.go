@@ -31,6 +31,8 @@ func (s *Store) compact(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
+		now := s.cache.revision()
+		revs := now - behind
 		if behind > done {
 			_, err := s.client.Compact(ctx, behind)
 			switch {
@@ -41,7 +43,10 @@ func (s *Store) compact(ctx context.Context, every time.Duration) {
 				s.log.Warn("compact etcd history", "rev", behind, "err", err)
 			}
 		}
-		behind = s.cache.revision()
+		if behind > 0 {
+			s.defrag(revs, every)
+		}
+		behind = now
 	}
 }
 

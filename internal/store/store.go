@@ -41,6 +41,9 @@ type Config struct {
 	// CompactEvery is how often the embedded member's history is
 	// compacted (0: the default, CompactEvery).
 	CompactEvery time.Duration
+	// DefragMinBytes is the smallest embedded database the store
+	// defragments when etcd is quiet (0: the default, DefragMinBytes).
+	DefragMinBytes int64
 }
 
 // Store is a handle on the state.
@@ -57,6 +60,7 @@ type Store struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	compacted atomic.Int64
+	defrags   defragger
 	maxTxnOps int
 }
 
@@ -73,6 +77,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, errors.New("store: MaxTxnOps must not be negative")
 	}
 	s := &Store{prefix: cfg.Prefix, log: cfg.Logger, done: make(chan struct{}), maxTxnOps: cfg.MaxTxnOps}
+	s.defrags.minBytes = cfg.DefragMinBytes
+	if s.defrags.minBytes <= 0 {
+		s.defrags.minBytes = DefragMinBytes
+	}
 	if len(cfg.Endpoints) == 0 {
 		if cfg.DataDir == "" {
 			return nil, errors.New("store: a data dir or etcd endpoints are required")
