@@ -78,6 +78,7 @@ type options struct {
 	cpuProfile     string
 	profilePhase   string
 	memProfile     string
+	settle         time.Duration
 	traceOut       string
 	traceWindow    time.Duration
 	provisionDelay time.Duration
@@ -166,7 +167,8 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.etcdProcess, "etcd-process", false, "run etcd, with the embedded member's settings, in a process of its own: the server's RSS and CPU are then its own, as with an external etcd, and etcd's are reported beside them")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server process's CPU profile (whole run) here")
 	fs.StringVar(&o.profilePhase, "profile-phase", "", "profile only this phase: service (placing the service tasks), idle (the steady fleet, -idle) or rollout (the drainPercent 25 rollout)")
-	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile after the service is placed here, and one at the end to this path plus .end")
+	fs.DurationVar(&o.settle, "settle", 30*time.Second, "read the server's RSS again this long after the end (0: not)")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile after the service is placed here, one at the end to this path plus .end, and one of the live heap's highest point plus .peak")
 	fs.StringVar(&o.traceOut, "trace", "", "write an execution trace of the server's process for -trace-window, starting that long into the -profile-phase, here (go tool trace -pprof=sched shows what waited for a core)")
 	fs.DurationVar(&o.traceWindow, "trace-window", 5*time.Second, "how long -trace records, and how far into the phase it starts")
 	fs.DurationVar(&o.provisionDelay, "sim-provision-delay", 0, "boot delay of instances the server provisions itself")
@@ -276,6 +278,11 @@ type Report struct {
 	ServerCPUSeconds        float64               `json:"server_cpu_seconds"`
 	ServerHeapPerInstanceKi float64               `json:"server_heap_per_instance_kib"`
 	ServerGoroutines        int                   `json:"server_goroutines"`
+	// ServerSettled* are read -settle after the end's readings, with no
+	// collection forced between; the heap's make-up (ServerHeap*,
+	// ServerStacksMiB) is read after them.
+	ServerSettledRSSMiB  float64 `json:"server_settled_rss_mib,omitempty"`
+	ServerSettledAnonMiB float64 `json:"server_settled_anon_mib,omitempty"`
 	// ServerPeaks are the highest memory readings while the run went on.
 	ServerPeaks memPeaks `json:"server_peaks"`
 	EtcdDBMiB   float64  `json:"etcd_db_mib"`
@@ -472,19 +479,27 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	rep.ServerPeaks = mem.finish()
 	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
 	rep.Machine.StealSeconds += stealSeconds()
-	if o.memProfile != "" {
-		writeHeapProfile(o.memProfile + ".end")
-	}
-	self := selfStats()
-	rep.ServerRSSMiB = float64(self.RSSBytes) / (1 << 20)
+	// The end's resident readings come before any collection the bench
+	// forces, so that -settle sees what the server gives back on its own.
+	rep.ServerRSSMiB = float64(rss(os.Getpid())) / (1 << 20)
 	rep.ServerPeakRSSMiB = float64(peakRSS()) / (1 << 20)
 	rep.ServerRSSAnonMiB = float64(procStatus(os.Getpid(), "RssAnon")) / (1 << 20)
 	rep.ServerRSSFileMiB = float64(procStatus(os.Getpid(), "RssFile")) / (1 << 20)
+	rep.ServerCPUSeconds = cpuSeconds(os.Getpid())
+	if o.settle > 0 {
+		time.Sleep(o.settle)
+		rep.ServerSettledRSSMiB = float64(rss(os.Getpid())) / (1 << 20)
+		rep.ServerSettledAnonMiB = float64(procStatus(os.Getpid(), "RssAnon")) / (1 << 20)
+	}
+	if o.memProfile != "" {
+		writeHeapProfile(o.memProfile + ".end")
+	}
+	// The heap's make-up, after a collection (and after -settle).
+	self := selfStats()
 	rep.ServerHeapMiB = float64(self.HeapBytes) / (1 << 20)
 	rep.ServerStacksMiB = float64(self.StackBytes) / (1 << 20)
 	rep.ServerHeapFreeMiB = float64(self.HeapFree) / (1 << 20)
 	rep.ServerHeapLiveMiB = float64(self.HeapLive) / (1 << 20)
-	rep.ServerCPUSeconds = self.CPUSeconds
 	rep.ServerGoroutines = self.Goroutines
 	dbPath := filepath.Join(h.cfg.DataDir, "etcd", "data", "member", "snap", "db")
 	if member != nil {
@@ -1162,6 +1177,9 @@ func printTable(w io.Writer, r *Report) {
 	fmt.Fprintf(tw, "server RSS (now / peak)\t%.0f MiB\t%.0f MiB\n", r.ServerRSSMiB, r.ServerPeakRSSMiB)
 	fmt.Fprintf(tw, "  anonymous / mapped files / Go heap in use\t%.0f MiB\t%.0f MiB\t%.0f MiB\n", r.ServerRSSAnonMiB, r.ServerRSSFileMiB, r.ServerHeapMiB)
 	fmt.Fprintf(tw, "  goroutine stacks / free heap not returned / heap live\t%.0f MiB\t%.0f MiB\t%.0f MiB\n", r.ServerStacksMiB, r.ServerHeapFreeMiB, r.ServerHeapLiveMiB)
+	if r.ServerSettledRSSMiB > 0 {
+		fmt.Fprintf(tw, "  settled: RSS / anonymous\t%.0f MiB\t%.0f MiB\n", r.ServerSettledRSSMiB, r.ServerSettledAnonMiB)
+	}
 	pk := r.ServerPeaks
 	fmt.Fprintf(tw, "  peaks: anonymous / mapped files\t%.0f MiB\t%.0f MiB\n", pk.RSSAnonMiB, pk.RSSFileMiB)
 	fmt.Fprintf(tw, "  peaks: heap held / goal / live (at)\t%.0f MiB\t%.0f MiB\t%.0f MiB (%s)\n", pk.HeapRetainedMiB, pk.HeapGoalMiB, pk.HeapLiveMiB, pk.At)

@@ -84,6 +84,9 @@ func TestScaleProvisioned(t *testing.T) {
 	if rep.Killed != max(1, n/100) || rep.DetectSeconds < 0 || rep.ReplaceSeconds < 0 {
 		t.Errorf("loss step incomplete: killed %d, detect %v, replace %v", rep.Killed, rep.DetectSeconds, rep.ReplaceSeconds)
 	}
+	if pk := rep.ServerPeaks; pk.HeapLiveMiB <= 0 || pk.HeapGoalMiB < pk.HeapLiveMiB || pk.RSSAnonMiB <= 0 || pk.RSSFileMiB <= 0 || pk.At == "" {
+		t.Errorf("memory peaks not sampled: %+v", pk)
+	}
 }
 
 // runHarness runs the harness, printing its log and table with -v, and
