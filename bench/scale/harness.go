@@ -106,6 +106,7 @@ func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
 		AdminSecret:       "capstan-scale-secret",
 		Provisioner:       "sim",
 		SimProvisionDelay: o.provisionDelay,
+		StoppedRetention:  o.retention,
 		NewSimProvisioner: simprov.Factory,
 		Log:               slogger,
 	}

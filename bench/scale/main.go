@@ -64,6 +64,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
+	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/cpus"
 	"github.com/capstanhq/capstan/internal/store"
@@ -92,6 +93,7 @@ type options struct {
 	agentState     string
 	memoryLimit    int64
 	serverGOGC     int
+	retention      time.Duration
 	serverProcs    int
 	work           string
 	keep           bool
@@ -172,6 +174,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.traceOut, "trace", "", "write an execution trace of the server's process for -trace-window, starting that long into the -profile-phase, here (go tool trace -pprof=sched shows what waited for a core)")
 	fs.DurationVar(&o.traceWindow, "trace-window", 5*time.Second, "how long -trace records, and how far into the phase it starts")
 	fs.DurationVar(&o.provisionDelay, "sim-provision-delay", 0, "boot delay of instances the server provisions itself")
+	fs.DurationVar(&o.retention, "stopped-task-retention", 0, "how long the server keeps stopped tasks (0: its default, an hour; at least 1m): shorter shows what expiry does over several rollouts")
 	fs.DurationVar(&o.rolloutTimeout, "rollout-timeout", 2*time.Minute, "give up on a daemon rollout after this long")
 	fs.DurationVar(&o.phaseTimeout, "timeout", 15*time.Minute, "give up on any other step after this long")
 	fs.StringVar(&o.serverLog, "server-log", "", "write the server's log here")
@@ -226,6 +229,8 @@ type Report struct {
 	ServerMemoryLimitMiB int64 `json:"server_memory_limit_mib"`
 	// ServerGOGC is the server's process's GOGC as the run found it (-1: off).
 	ServerGOGC int `json:"server_gogc"`
+	// StoppedRetentionSeconds is how long the server kept stopped tasks.
+	StoppedRetentionSeconds float64 `json:"stopped_task_retention_seconds"`
 	// AgentGOGC is the hollow agents' process's GOGC (0: Go's default).
 	AgentGOGC int `json:"agent_gogc"`
 	// AgentState is where the hollow agents keep their state (memory, disk).
@@ -337,6 +342,12 @@ type Rollout struct {
 	// over the replacements whose events the event limit kept (the last
 	// ~1,500 of 5,000).
 	Stages []Stage `json:"stages,omitempty"`
+	// TasksStored and HeapLiveMiB are read when the rollout ends: the task
+	// records kept (stopped ones until their retention ends), and the
+	// server's live heap as of its latest collection.
+	TasksStored     int     `json:"tasks_stored"`
+	InstancesStored int     `json:"instances_stored"`
+	HeapLiveMiB     float64 `json:"heap_live_mib"`
 }
 
 // rolloutView is the part of CapstanV1.DescribeDaemonRollout read here.
@@ -422,7 +433,8 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	serverGOGC := debug.SetGCPercent(-1)
 	debug.SetGCPercent(serverGOGC)
 	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, AgentGOGC: o.agentGOGC, AgentState: o.agentState, Fleet: "joined", ServerMemoryLimitMiB: o.memoryLimit, ServerGOGC: serverGOGC, RolloutSeconds: -1,
-		DetectSeconds: -1, ReplaceSeconds: -1, Invariants: []string{}}
+		StoppedRetentionSeconds: cmp.Or(o.retention, control.DefaultStoppedRetention).Seconds(),
+		DetectSeconds:           -1, ReplaceSeconds: -1, Invariants: []string{}}
 	if len(o.etcdEndpoints) > 0 {
 		rep.Etcd = strings.Join(o.etcdEndpoints, ",")
 	}
@@ -945,6 +957,9 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 			}
 		}
 		h.progress(ctx, daemonArn, depArn, &r)
+		r.TasksStored, _ = h.srv.Store.Count(ctx, store.TaskPrefix(clusterName))
+		r.InstancesStored, _ = h.srv.Store.Count(ctx, store.ContainerInstancePrefix(clusterName))
+		r.HeapLiveMiB = float64(heapLive()) / (1 << 20)
 		rep.Rollouts = append(rep.Rollouts, r)
 		if drain == 25 && rep.RolloutSeconds < 0 {
 			rep.RolloutSeconds = r.Seconds
@@ -1146,8 +1161,8 @@ func printReconciles(w io.Writer, rs map[string]controller.Stat) {
 
 func printTable(w io.Writer, r *Report) {
 	m := r.Machine
-	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, CPU stolen by the host %.1f s, etcd %s, server GOGC %d, agents at nice %d, GOGC %d, state in %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
-		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, m.StealSeconds, r.Etcd, r.ServerGOGC, r.AgentNice, r.AgentGOGC, r.AgentState)
+	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, CPU stolen by the host %.1f s, etcd %s, server GOGC %d, stopped tasks kept %s, agents at nice %d, GOGC %d, state in %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
+		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, m.StealSeconds, r.Etcd, r.ServerGOGC, time.Duration(r.StoppedRetentionSeconds*float64(time.Second)), r.AgentNice, r.AgentGOGC, r.AgentState)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "hollow instances\t%d\n", r.Instances)
 	if r.Fleet == "provisioned" {
@@ -1163,6 +1178,7 @@ func printTable(w io.Writer, r *Report) {
 			ro.OnTarget, ro.OnTarget+ro.Remaining, ro.StealSeconds, ro.ServerCPUSeconds)
 		printWrites(tw, ro.Writes, r.Instances)
 		printReconciles(tw, ro.Reconciles)
+		fmt.Fprintf(tw, "  then: tasks / container instances kept, server heap live\t%d / %d\t%.0f MiB\n", ro.TasksStored, ro.InstancesStored, ro.HeapLiveMiB)
 		if len(ro.Stages) > 0 {
 			fmt.Fprintf(tw, "  replacing an instance X by R, step by step\n")
 			printStages(tw, ro.Stages)

@@ -31,6 +31,11 @@ type fleet struct {
 	// registeredAs maps a managed credential's access key to the
 	// container instance it registered (none yet: absent).
 	registeredAs map[string]string
+	// bound maps every credential bound to an instance to that instance,
+	// and boundTo counts them by instance: an INACTIVE instance a
+	// credential still names is not expired (its agent may come back).
+	bound   map[string]string
+	boundTo map[string]int
 }
 
 type fleetCluster struct {
@@ -88,6 +93,7 @@ type fleetInstance struct {
 	status, cp   string
 	accessKeyID  string
 	registeredAt time.Time
+	inactiveAt   time.Time
 	cpu, mem     int
 	ports        []string
 	attributes   map[string]string // shared read-only with readers
@@ -155,7 +161,8 @@ type fleetTask struct {
 }
 
 func newFleet() *fleet {
-	return &fleet{clusters: map[string]*fleetCluster{}, managed: map[string]bool{}, registeredAs: map[string]string{}}
+	return &fleet{clusters: map[string]*fleetCluster{}, managed: map[string]bool{}, registeredAs: map[string]string{},
+		bound: map[string]string{}, boundTo: map[string]int{}}
 }
 
 // attach registers the fleet with the store.
@@ -177,6 +184,8 @@ func (x fleetIndex) Reset() {
 	if x.kind == "credentials/" {
 		clear(f.managed)
 		clear(f.registeredAs)
+		clear(f.bound)
+		clear(f.boundTo)
 		return
 	}
 	for _, c := range f.clusters {
@@ -427,6 +436,7 @@ type fleetInstanceProbe struct {
 	Status             string             `json:"status"`
 	CP                 string             `json:"capacityProviderName"`
 	RegisteredAt       shapes.Timestamp   `json:"registeredAt"`
+	InactiveAt         time.Time          `json:"capstanInactiveAt"`
 	AccessKeyID        string             `json:"capstanAccessKeyId"`
 	RemainingResources []shapes.Resource  `json:"remainingResources"`
 	Attributes         []shapes.Attribute `json:"attributes"`
@@ -524,6 +534,16 @@ func (f *fleet) apply(ch *fleetChange) {
 			return
 		}
 		c := ch.cred
+		if was, ok := f.bound[parts[1]]; ok {
+			delete(f.bound, parts[1])
+			if f.boundTo[was]--; f.boundTo[was] <= 0 {
+				delete(f.boundTo, was)
+			}
+		}
+		if ch.present && c.InstanceID != "" {
+			f.bound[parts[1]] = c.InstanceID
+			f.boundTo[c.InstanceID]++
+		}
 		if !ch.present || !c.Managed {
 			delete(f.managed, parts[1])
 			delete(f.registeredAs, parts[1])
@@ -553,7 +573,7 @@ func (f *fleet) apply(ch *fleetChange) {
 		rem := readResources(p.RemainingResources)
 		fi.rev = rev
 		fi.rec, fi.arn, fi.status, fi.cp, fi.accessKeyID = true, p.Arn, p.Status, p.CP, p.AccessKeyID
-		fi.registeredAt = p.RegisteredAt.Time
+		fi.registeredAt, fi.inactiveAt = p.RegisteredAt.Time, p.InactiveAt
 		fi.cpu, fi.mem, fi.ports, fi.attributes = rem.cpu, rem.memory, rem.ports, attributesOf(p.Attributes, parts[2])
 		c.recount(fi)
 	case "sessions/":

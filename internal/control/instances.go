@@ -625,7 +625,7 @@ func (s *Service) deregister(ctx context.Context, req *shapes.DeregisterContaine
 				tx.Delete(dkey, d.Rev)
 			}
 		}
-		ci.Status = "INACTIVE"
+		ci.Status, ci.InactiveAt = "INACTIVE", s.now().UTC()
 		*ci.Version++
 		tx.Update(it.Key, it.Rev, ci)
 		if _, err := tx.Commit(ctx); err != nil {

@@ -81,8 +81,15 @@ type Config struct {
 	ProgressDeadline time.Duration
 	// EventLimit is the most events a cluster keeps (0: the default).
 	EventLimit int
-	Log        *slog.Logger
+	// StoppedRetention is how long a stopped task stays describable before
+	// the leader deletes it (0: control.DefaultStoppedRetention).
+	StoppedRetention time.Duration
+	Log              *slog.Logger
 }
+
+// MinStoppedRetention keeps a stopped task readable for longer than a
+// client's poll for it takes.
+const MinStoppedRetention = time.Minute
 
 // DefaultProgressDeadline is how long a daemon rollout may make no
 // progress before it stops.
@@ -125,6 +132,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ProgressDeadline == 0 {
 		c.ProgressDeadline = DefaultProgressDeadline
+	}
+	if c.StoppedRetention == 0 {
+		c.StoppedRetention = control.DefaultStoppedRetention
+	}
+	if c.StoppedRetention < MinStoppedRetention {
+		return fmt.Errorf("--stopped-task-retention must be at least %s, got %s", MinStoppedRetention, c.StoppedRetention)
 	}
 	switch c.Provisioner {
 	case "":
@@ -309,6 +322,7 @@ func runControllers(ctx context.Context, st *store.Store, svc *control.Service, 
 			Follow: inst.Follows(), Workers: 2, Resync: 15 * time.Second, Log: log})
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() { svc.RunExpiry(ctx, cfg.StoppedRetention, time.Now, log) })
 	for _, l := range loops {
 		l.Counts = counts[l.Name]
 		wg.Add(1)

@@ -218,6 +218,9 @@ type ContainerInstance struct {
 	Fingerprint string `json:"capstanFingerprint,omitempty"`
 	// Ports reserved on the instance, by "tcp/80"-style key, for placement.
 	UsedPorts map[string]string `json:"capstanUsedPorts,omitempty"`
+	// InactiveAt is when the instance was deregistered; it is deleted once
+	// its retention has passed since (control.ExpireInactiveInstances).
+	InactiveAt time.Time `json:"capstanInactiveAt,omitzero"`
 }
 
 // Reservation is what a task holds on its instance while it is not STOPPED.
