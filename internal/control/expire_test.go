@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -228,4 +229,37 @@ func TestExpireInactiveInstances(t *testing.T) {
 	if err != nil || it.Value.Status != "INACTIVE" || it.Value.InactiveAt.Before(before) || it.Value.InactiveAt.After(time.Now()) {
 		t.Fatalf("deregistered: %s at %s (%v), want INACTIVE since the call", it.Value.Status, it.Value.InactiveAt, err)
 	}
+}
+
+// RunExpiry looks on its own, a twelfth of the retention apart (5 s at
+// least), and deletes both kinds.
+func TestRunExpiry(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := openStore(t)
+	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
+	stopped := time.Now().Add(-time.Hour)
+	task := store.Task{ID: newInstanceID(), Cluster: "c", InstanceID: newInstanceID(), Kind: protocol.KindService}
+	task.LastStatus, task.StoppedAt = "STOPPED", shapes.At(stopped)
+	ci := instanceRecord(newInstanceID(), "INACTIVE", 1, 1)
+	ci.InactiveAt = stopped
+	if _, err := st.Txn().Create(store.TaskKey("c", task.ID), task).Create(store.ContainerInstanceKey("c", ci.ID), ci).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); s.RunExpiry(ctx, time.Minute, time.Now, slog.New(slog.DiscardHandler)) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		nt, _ := st.Count(ctx, "tasks/c/")
+		ni, _ := st.Count(ctx, "containerinstances/c/")
+		if nt == 0 && ni == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 s: %d tasks and %d instances left, want none", nt, ni)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	<-done
 }
