@@ -131,6 +131,7 @@ func (s *Service) applyTogether(ctx context.Context, cluster, instanceID string,
 			continue
 		}
 		if t.LastStatus == "STOPPED" {
+			s.stoppedNow(&t)
 			deleted, err := s.dropDesired(ctx, tx, t)
 			if err != nil {
 				rest = append(rest, st)
@@ -206,6 +207,7 @@ func (s *Service) applyTaskState(ctx context.Context, cluster, instanceID string
 		mergeState(&t, st)
 		*t.Version++
 		if t.LastStatus == "STOPPED" {
+			s.stoppedNow(&t)
 			// A critical daemon that stops on its own takes its instance out
 			// of service in the same write: no ACTIVE instance is ever
 			// recorded running tasks without its critical daemons.
@@ -336,6 +338,14 @@ func giveBack(ci *store.ContainerInstance, r *store.Reservation) {
 		return slices.Contains(r.Ports, p) && !slices.Contains(registered.ports, p)
 	})
 	ci.RemainingResources = rem.shapes()
+}
+
+// stoppedNow dates a STOPPED task the agent reported without a stop time:
+// its retention counts from stoppedAt (expire.go).
+func (s *Service) stoppedNow(t *store.Task) {
+	if t.StoppedAt.IsZero() {
+		t.StoppedAt = shapes.At(s.now())
+	}
 }
 
 // mergeState copies an agent's report into the task record.

@@ -184,7 +184,7 @@ func TestExpireInactiveInstances(t *testing.T) {
 		if gone := errors.Is(err, store.ErrNotFound); gone != (name == "gone") {
 			t.Errorf("%s: gone %v (%v)", name, gone, err)
 		}
-		if name == "legacy" && (it.Value.InactiveAt.Before(now) || it.Value.InactiveAt.After(time.Now())) {
+		if name == "legacy" && (it.Value.InactiveAt.Before(now.Truncate(time.Millisecond)) || it.Value.InactiveAt.After(time.Now())) {
 			t.Errorf("legacy stamped %s, want the pass's time", it.Value.InactiveAt)
 		}
 	}
@@ -220,8 +220,9 @@ func TestExpireInactiveInstances(t *testing.T) {
 		t.Fatalf("deleted %d (%v) past every retention, want recent and legacy", deleted, err)
 	}
 
-	// Deregistering records when, which starts the retention.
-	before := time.Now()
+	// Deregistering records when, which starts the retention (to the
+	// millisecond, as the API's times).
+	before := time.Now().Truncate(time.Millisecond)
 	if _, err := s.DeregisterContainerInstance(ctx, &shapes.DeregisterContainerInstanceRequest{Cluster: "c", ContainerInstance: ids["active"]}); err != nil {
 		t.Fatal(err)
 	}
@@ -262,4 +263,40 @@ func TestRunExpiry(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// A report that stops a task without saying when is dated by the server,
+// alone or in a batch, so that the task still expires.
+func TestStoppedReportIsDated(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
+	tx := st.Txn()
+	var report []protocol.TaskState
+	var ids []string
+	for range 3 {
+		id := newInstanceID()
+		ids = append(ids, id)
+		task := store.Task{ID: id, Cluster: "c", InstanceID: "i1", Kind: protocol.KindService}
+		task.TaskArn, task.Group, task.Version = s.arns.task("c", id), "service:web", ptr(int64(1))
+		task.LastStatus, task.DesiredStatus = "RUNNING", "RUNNING"
+		tx.Create(store.TaskKey("c", id), task)
+		report = append(report, protocol.TaskState{Arn: task.TaskArn, LastStatus: "STOPPED", StopCode: "EssentialContainerExited", Seq: 1})
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().Truncate(time.Millisecond)
+	if err := s.ApplyTaskStates(ctx, "c", "i1", report[:2]); err != nil { // together
+		t.Fatal(err)
+	}
+	if err := s.ApplyTaskStates(ctx, "c", "i1", report[2:]); err != nil { // alone
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		got, err := store.Get[store.Task](ctx, st, store.TaskKey("c", id))
+		if err != nil || got.Value.LastStatus != "STOPPED" || got.Value.StoppedAt.Time.Before(before) || got.Value.StoppedAt.Time.After(time.Now()) {
+			t.Fatalf("task %s: %s, stopped at %v (%v), want STOPPED dated by the server", id, got.Value.LastStatus, got.Value.StoppedAt, err)
+		}
+	}
 }
