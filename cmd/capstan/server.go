@@ -39,7 +39,7 @@ func runServer(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Provisioner, "provisioner", "local", "where managed instances come from: local (agent processes on this machine), sim (hollow agents in the server on simulated containers, for scale tests) or none")
 	fs.StringVar(&cfg.AlarmSource, "alarm-source", "", "Prometheus or Alertmanager `URL` daemon deployments read their alarms from (prometheus+http:// or alertmanager+http:// to say which)")
 	fs.IntVar(&cfg.EventLimit, "event-limit", control.DefaultEventLimit, "keep at most this many events per cluster (the oldest go first; they also expire after an hour)")
-	fs.DurationVar(&cfg.StoppedRetention, "stopped-task-retention", control.DefaultStoppedRetention, "keep a stopped task describable for this long, then delete it (at least 1m)")
+	fs.DurationVar(&cfg.StoppedRetention, "stopped-task-retention", control.DefaultStoppedRetention, "keep stopped tasks and deregistered (INACTIVE) container instances describable for this long, then delete them (at least 1m)")
 	fs.DurationVar(&cfg.ProgressDeadline, "rollout-progress-deadline", server.DefaultProgressDeadline, "stop a daemon rollout that made no progress for this long (negative: never)")
 	fs.DurationVar(&cfg.SimProvisionDelay, "sim-provision-delay", 0, "how long a sim instance takes to boot (with --provisioner sim)")
 	fs.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL agents use to reach this server (default http://<listen address>)")

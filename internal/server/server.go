@@ -81,8 +81,9 @@ type Config struct {
 	ProgressDeadline time.Duration
 	// EventLimit is the most events a cluster keeps (0: the default).
 	EventLimit int
-	// StoppedRetention is how long a stopped task stays describable before
-	// the leader deletes it (0: control.DefaultStoppedRetention).
+	// StoppedRetention is how long a stopped task or an INACTIVE container
+	// instance stays describable before the leader deletes it (0:
+	// control.DefaultStoppedRetention).
 	StoppedRetention time.Duration
 	Log              *slog.Logger
 }
