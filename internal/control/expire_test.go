@@ -20,11 +20,7 @@ import (
 // the deleted one, and a late report of it recreates nothing.
 func TestExpireStoppedTasks(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
-	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
-	if _, err := s.CreateCluster(ctx, &shapes.CreateClusterRequest{ClusterName: "c"}); err != nil {
-		t.Fatal(err)
-	}
+	st, s := clusterC(t)
 	now := time.Now()
 	ids := map[string]string{}
 	tx := st.Txn()
@@ -144,11 +140,7 @@ func TestExpireEvery(t *testing.T) {
 // stamped, and so starts its retention now.
 func TestExpireInactiveInstances(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
-	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
-	if _, err := s.CreateCluster(ctx, &shapes.CreateClusterRequest{ClusterName: "c"}); err != nil {
-		t.Fatal(err)
-	}
+	st, s := clusterC(t)
 	now := time.Now()
 	ids := map[string]string{}
 	tx := st.Txn()
@@ -230,6 +222,18 @@ func TestExpireInactiveInstances(t *testing.T) {
 	if err != nil || it.Value.Status != "INACTIVE" || it.Value.InactiveAt.Before(before) || it.Value.InactiveAt.After(time.Now()) {
 		t.Fatalf("deregistered: %s at %s (%v), want INACTIVE since the call", it.Value.Status, it.Value.InactiveAt, err)
 	}
+}
+
+// clusterC is a service on a fresh store with cluster "c" created, as the
+// API's reads need it.
+func clusterC(t *testing.T) (*store.Store, *Service) {
+	t.Helper()
+	st := openStore(t)
+	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
+	if _, err := s.CreateCluster(context.Background(), &shapes.CreateClusterRequest{ClusterName: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	return st, s
 }
 
 // RunExpiry looks on its own, a twelfth of the retention apart (5 s at

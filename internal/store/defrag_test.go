@@ -77,7 +77,7 @@ func TestDefragmentsWhenQuietAndKeepsEveryRecord(t *testing.T) {
 		}
 	}
 
-	// Busy: 200 writes a second, far over the quiet rate, for 2 s.
+	// Busy: 200 writes a second, far over the quiet rate.
 	var busy atomic.Int64
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -98,7 +98,16 @@ func TestDefragmentsWhenQuietAndKeepsEveryRecord(t *testing.T) {
 			busy.Add(1)
 		}
 	}()
-	time.Sleep(2 * time.Second)
+	// Five compactions under that load: each is a defragmentation check.
+	last, seen := s.Compacted(), 0
+	for until := time.Now().Add(20 * time.Second); seen < 5; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(until) {
+			t.Fatalf("%d compactions in 20 s of writes, want 5", seen)
+		}
+		if c := s.Compacted(); c > last {
+			last, seen = c, seen+1
+		}
+	}
 	close(stop)
 	<-done
 	if n := len(s.Defrags()); n != 0 {
