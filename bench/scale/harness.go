@@ -89,7 +89,7 @@ func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
 	if o.inProcess {
 		h.host, err = newLocalHost(dir, o.agentState == "memory", o.provisionDelay, slog.New(slog.DiscardHandler))
 	} else {
-		h.host, err = newChildHost(dir, o.agentLog, o.agentProfile, o.agentNice, o.agentGOGC, o.agentState == "memory", o.provisionDelay)
+		h.host, err = newChildHost(dir, o.agentLog, o.agentProfile, o.profilePhase != "", o.agentNice, o.agentGOGC, o.agentState == "memory", o.provisionDelay)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("hollow host: %w", err)

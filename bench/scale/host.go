@@ -37,6 +37,9 @@ type host interface {
 	// Arn is the container instance the instance registered as.
 	Arn(id string) (string, error)
 	Stats() (hostStats, error)
+	// CPUProfile starts (on) or stops the hollow agents' CPU profile of a
+	// phase (-agent-cpuprofile with -profile-phase).
+	CPUProfile(on bool) error
 	Close() error
 }
 
@@ -88,6 +91,9 @@ func (h *localHost) Terminate(id string) error {
 }
 func (h *localHost) Arn(id string) (string, error) { return h.p.InstanceArn(id), nil }
 func (h *localHost) Close() error                  { return h.p.Close() }
+
+// CPUProfile does nothing: in-process instances are in the server's profile.
+func (h *localHost) CPUProfile(bool) error { return nil }
 func (h *localHost) Stats() (hostStats, error) {
 	return selfStats(), nil
 }
@@ -187,9 +193,10 @@ type childHost struct {
 
 // newChildHost starts the child at niceness nice (0: as this process):
 // started under nice(1), so every thread of it inherits the priority. With
-// a profile path, the child writes its CPU profile there when it exits.
-// gogc > 0 sets the child's GOGC.
-func newChildHost(dir, logPath, profile string, nice, gogc int, memoryState bool, delay time.Duration) (*childHost, error) {
+// a profile path, the child writes its CPU profile there when it exits, or,
+// with phased, from CPUProfile(true) to CPUProfile(false). gogc > 0 sets the
+// child's GOGC.
+func newChildHost(dir, logPath, profile string, phased bool, nice, gogc int, memoryState bool, delay time.Duration) (*childHost, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -199,6 +206,9 @@ func newChildHost(dir, logPath, profile string, nice, gogc int, memoryState bool
 		cmd = exec.Command("nice", "-n", strconv.Itoa(nice), exe)
 	}
 	cmd.Env = append(os.Environ(), childEnv+"="+dir, "CAPSTAN_SCALE_AGENT_LOG="+logPath, "CAPSTAN_SCALE_AGENT_CPUPROFILE="+profile)
+	if phased {
+		cmd.Env = append(cmd.Env, "CAPSTAN_SCALE_AGENT_CPUPROFILE_PHASED=1")
+	}
 	if gogc > 0 {
 		cmd.Env = append(cmd.Env, "GOGC="+strconv.Itoa(gogc))
 	}
@@ -351,6 +361,15 @@ func (h *childHost) Stats() (hostStats, error) {
 	return r.Stats, err
 }
 
+func (h *childHost) CPUProfile(on bool) error {
+	op := "stop"
+	if on {
+		op = "start"
+	}
+	_, err := h.call(request{Op: "cpuprofile", ID: op})
+	return err
+}
+
 func (h *childHost) Close() error {
 	h.in.Close() // the child terminates its instances and exits
 	done := make(chan error, 1)
@@ -375,17 +394,13 @@ func serveHost(dir string) error {
 		defer f.Close()
 		log = slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	if path := os.Getenv("CAPSTAN_SCALE_AGENT_CPUPROFILE"); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
+	prof := &childProfile{path: os.Getenv("CAPSTAN_SCALE_AGENT_CPUPROFILE")}
+	if prof.path != "" && os.Getenv("CAPSTAN_SCALE_AGENT_CPUPROFILE_PHASED") == "" {
+		if err := prof.set(true); err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
 	}
+	defer prof.set(false)
 	delay, _ := time.ParseDuration(os.Getenv("CAPSTAN_SCALE_PROVISION_DELAY"))
 	h, err := newLocalHost(dir, os.Getenv("CAPSTAN_SCALE_AGENT_STATE") == "memory", delay, log)
 	if err != nil {
@@ -412,11 +427,48 @@ func serveHost(dir string) error {
 			answer(response{Seq: r.Seq, Err: err.Error()})
 			continue
 		}
+		if r.Op == "cpuprofile" {
+			resp := response{Seq: r.Seq}
+			if err := prof.set(r.ID == "start"); err != nil {
+				resp.Err = err.Error()
+			}
+			answer(resp)
+			continue
+		}
 		inFlight.Go(func() { answer(serveRequest(h, r)) })
 	}
 	// The instances are terminated (h.Close) once no request is in flight.
 	inFlight.Wait()
 	return in.Err()
+}
+
+// childProfile is the child's CPU profile, started and stopped in turn.
+type childProfile struct {
+	path string
+	f    *os.File
+}
+
+func (p *childProfile) set(on bool) error {
+	switch {
+	case p.path == "" || on == (p.f != nil):
+		return nil
+	case on:
+		f, err := os.Create(p.path)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		p.f = f
+		return nil
+	default:
+		pprof.StopCPUProfile()
+		err := p.f.Close()
+		p.f = nil
+		return err
+	}
 }
 
 // serveRequest carries out one request of the parent.

@@ -188,7 +188,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.serverGOGC, "server-gogc", 0, "GOGC of the server's process (debug.SetGCPercent; 0: GOGC from the environment, else Go's default of 100): with memory to spare, fewer collections leave more CPU to the rest")
 	fs.IntVar(&o.agentGOGC, "agent-gogc", 400, "GOGC of the hollow agents' process: its one heap holds thousands of agents' state, which the collector marks on every cycle")
 	fs.StringVar(&o.agentState, "agent-state", "memory", "where hollow agents keep their state: memory, or disk (a bbolt file each, as a real agent)")
-	fs.StringVar(&o.agentProfile, "agent-cpuprofile", "", "write the hollow agents' CPU profile (whole run, child process) here")
+	fs.StringVar(&o.agentProfile, "agent-cpuprofile", "", "write the hollow agents' CPU profile (child process; whole run, or the -profile-phase) here")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	drains := fs.String("rollouts", "25,100,10", "the rollouts' drainPercents, in order (API latency is sampled during the first)")
 	fs.BoolVar(&o.provisioned, "provisioned", false, "the server provisions the instances (sim provisioner, hollow instances in the child process) for a service of 2N tasks, and rollouts replace instances")
@@ -460,7 +460,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	}
 	switch o.profilePhase {
 	case "":
-		stop, err := o.profile("")
+		stop, err := o.profile("", nil)
 		if err != nil {
 			return nil, err
 		}
@@ -649,7 +649,7 @@ func measure(ctx context.Context, o options, h *harness, rep *Report) error {
 	}
 	rep.ServiceTasks = 2 * n
 	h.mem.setPhase("service")
-	stopProfile, err := o.profile("service")
+	stopProfile, err := o.profile("service", h.host)
 	if err != nil {
 		return err
 	}
@@ -779,7 +779,7 @@ func (h *harness) idle(ctx context.Context, o options, rep *Report) {
 		}
 		return st.CPUSeconds
 	}
-	stopProfile, err := o.profile("idle")
+	stopProfile, err := o.profile("idle", h.host)
 	if err != nil {
 		h.logf("idle profile: %v", err)
 		stopProfile = func() {}
@@ -799,25 +799,41 @@ func (h *harness) idle(ctx context.Context, o options, rep *Report) {
 	h.logf("steady fleet for %.1fs: server %.3f cores, hollow agents %.3f cores", rep.IdleSeconds, rep.IdleServerCores, rep.IdleAgentCores)
 }
 
-// profile starts the CPU profile when it covers phase ("" for the whole
-// run); the returned func stops it.
-func (o options) profile(phase string) (func(), error) {
+// profile starts the CPU profiles when they cover phase ("" for the whole
+// run, where the child profiles itself); the returned func stops them.
+// agents is the hollow instances' host, nil for the whole run.
+func (o options) profile(phase string, agents host) (func(), error) {
 	if o.profilePhase != phase {
 		return func() {}, nil
 	}
+	stopAgents := func() {}
+	if agents != nil && o.agentProfile != "" {
+		if err := agents.CPUProfile(true); err != nil {
+			return nil, fmt.Errorf("hollow agents' profile: %w", err)
+		}
+		stopAgents = func() {
+			if err := agents.CPUProfile(false); err != nil {
+				fmt.Fprintln(os.Stderr, "hollow agents' profile:", err)
+			}
+		}
+	}
 	stopTrace := o.traceInPhase()
 	if o.cpuProfile == "" {
-		return stopTrace, nil
+		return func() { stopTrace(); stopAgents() }, nil
 	}
 	f, err := os.Create(o.cpuProfile)
 	if err != nil {
+		stopTrace()
+		stopAgents()
 		return nil, err
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()
+		stopTrace()
+		stopAgents()
 		return nil, err
 	}
-	return func() { pprof.StopCPUProfile(); f.Close(); stopTrace() }, nil
+	return func() { pprof.StopCPUProfile(); f.Close(); stopTrace(); stopAgents() }, nil
 }
 
 // traceInPhase records the execution trace for one window in the middle of
@@ -880,7 +896,7 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 		}
 		stopProfile := func() {}
 		if i == 0 {
-			if stopProfile, err = o.profile("rollout"); err != nil {
+			if stopProfile, err = o.profile("rollout", h.host); err != nil {
 				stopSampling()
 				return err
 			}
