@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -124,7 +125,9 @@ func (s *Service) applyTogether(ctx context.Context, cluster, instanceID string,
 			continue
 		}
 		unexpected := t.DesiredStatus == "RUNNING"
-		mergeState(&t, st)
+		if !mergeState(&t, st) {
+			continue // nothing to write; acknowledged all the same
+		}
 		stopping := t.LastStatus == "STOPPED" || t.LastStatus == "STOPPING" || t.LastStatus == "DEACTIVATING"
 		if stopping && unexpected && t.Kind == protocol.KindDaemon {
 			rest = append(rest, st)
@@ -204,7 +207,9 @@ func (s *Service) applyTaskState(ctx context.Context, cluster, instanceID string
 		}
 		tx := s.st.Txn()
 		unexpected := t.DesiredStatus == "RUNNING"
-		mergeState(&t, st)
+		if !mergeState(&t, st) {
+			return nil // nothing to write; acknowledged all the same
+		}
 		*t.Version++
 		if t.LastStatus == "STOPPED" {
 			s.stoppedNow(&t)
@@ -348,20 +353,28 @@ func (s *Service) stoppedNow(t *store.Task) {
 	}
 }
 
-// mergeState copies an agent's report into the task record.
-func mergeState(t *store.Task, st protocol.TaskState) {
+// mergeState copies an agent's report into the task record and tells
+// whether anything but the report's sequence changed: a report that adds
+// nothing (a task's first, PROVISIONING as the server created it) is not
+// written, which saves a task write per task started.
+func mergeState(t *store.Task, st protocol.TaskState) (changed bool) {
 	t.StateSeq = st.Seq
+	setString := func(dst *string, v string) {
+		if *dst != v {
+			*dst, changed = v, true
+		}
+	}
 	// A status never moves back, whatever the sequence says (a replayed or
 	// reordered report, an agent whose counter restarted).
 	if st.LastStatus != "" && statusRank(st.LastStatus) >= statusRank(t.LastStatus) {
-		t.LastStatus = st.LastStatus
+		setString(&t.LastStatus, st.LastStatus)
 	}
 	if st.HealthStatus != "" {
-		t.HealthStatus = st.HealthStatus
+		setString(&t.HealthStatus, st.HealthStatus)
 	}
 	at := func(dst *shapes.Timestamp, v interface{ IsZero() bool }, src shapes.Timestamp) {
 		if dst.IsZero() && !v.IsZero() {
-			*dst = src
+			*dst, changed = src, true
 		}
 	}
 	at(&t.PullStartedAt, st.PullStartedAt, shapes.At(st.PullStartedAt))
@@ -373,7 +386,7 @@ func mergeState(t *store.Task, st protocol.TaskState) {
 		at(&t.ExecutionStoppedAt, st.StoppedAt, shapes.At(st.StoppedAt))
 	}
 	if st.StoppedReason != "" && t.StoppedReason == "" {
-		t.StoppedReason, t.StopCode = st.StoppedReason, st.StopCode
+		t.StoppedReason, t.StopCode, changed = st.StoppedReason, st.StopCode, true
 	}
 	for _, c := range st.Containers {
 		i := slices.IndexFunc(t.Containers, func(x shapes.Container) bool { return x.Name == c.Name })
@@ -382,27 +395,28 @@ func mergeState(t *store.Task, st protocol.TaskState) {
 		}
 		dst := &t.Containers[i]
 		if c.RuntimeID != "" {
-			dst.RuntimeId = c.RuntimeID
+			setString(&dst.RuntimeId, c.RuntimeID)
 		}
 		if c.LastStatus != "" {
-			dst.LastStatus = c.LastStatus
+			setString(&dst.LastStatus, c.LastStatus)
 		}
 		if c.ImageDigest != "" {
-			dst.ImageDigest = c.ImageDigest
+			setString(&dst.ImageDigest, c.ImageDigest)
 		}
-		if c.ExitCode != nil {
-			dst.ExitCode = ptr(int32(*c.ExitCode))
+		if c.ExitCode != nil && (dst.ExitCode == nil || *dst.ExitCode != int32(*c.ExitCode)) {
+			dst.ExitCode, changed = ptr(int32(*c.ExitCode)), true
 		}
 		if c.Reason != "" {
-			dst.Reason = c.Reason
+			setString(&dst.Reason, c.Reason)
 		}
 		if c.HealthStatus != "" {
-			dst.HealthStatus = c.HealthStatus
+			setString(&dst.HealthStatus, c.HealthStatus)
 		}
-		if c.NetworkBindings != nil {
-			dst.NetworkBindings = c.NetworkBindings
+		if c.NetworkBindings != nil && !reflect.DeepEqual(dst.NetworkBindings, c.NetworkBindings) {
+			dst.NetworkBindings, changed = c.NetworkBindings, true
 		}
 	}
+	return changed
 }
 
 // statusRank orders task statuses as they progress.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 
+	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -69,6 +71,82 @@ func TestApplyTaskStatesBatch(t *testing.T) {
 		if n, _ := st.Count(ctx, store.DesiredPrefix("c", "i1")); n != 2 {
 			t.Fatalf("%d manifest entries, want 2 (t3 and t4 left)", n)
 		}
+	}
+}
+
+// A report that adds nothing to the record (a task's first, PROVISIONING
+// as the server created it) is acknowledged without a write, alone or in a
+// batch; the next report that changes something is written as before.
+func TestReportThatChangesNothingIsNotWritten(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
+	tx := st.Txn().Create(store.ContainerInstanceKey("c", "i1"), instanceRecord("i1", "ACTIVE", 1024, 2048))
+	var arns []string
+	for range 2 {
+		id := newInstanceID()
+		task := store.Task{ID: id, Cluster: "c", InstanceID: "i1", Kind: protocol.KindService}
+		task.TaskArn, task.Group = s.arns.task("c", id), "service:web"
+		task.LastStatus, task.DesiredStatus, task.HealthStatus, task.Version = "PROVISIONING", "RUNNING", "UNKNOWN", ptr(int64(1))
+		task.Containers = []shapes.Container{{Name: "web", LastStatus: "PENDING"}}
+		tx.Create(store.TaskKey("c", id), task)
+		arns = append(arns, task.TaskArn)
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	revs := func() []int64 {
+		var out []int64
+		for _, arn := range arns {
+			got, err := store.Get[store.Task](ctx, st, store.TaskKey("c", lastPart(arn)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, got.Rev)
+		}
+		return out
+	}
+	before := revs()
+	first := func(arn string, seq uint64) protocol.TaskState {
+		return protocol.TaskState{Arn: arn, LastStatus: "PROVISIONING", HealthStatus: "UNKNOWN", Seq: seq,
+			Containers: []protocol.ContainerState{{Name: "web", LastStatus: "PENDING"}}}
+	}
+	// Alone (the one-by-one path), then as a batch.
+	if err := s.ApplyTaskStates(ctx, "c", "i1", []protocol.TaskState{first(arns[0], 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ApplyTaskStates(ctx, "c", "i1", []protocol.TaskState{first(arns[0], 2), first(arns[1], 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if after := revs(); !slices.Equal(after, before) {
+		t.Fatalf("revisions %v after reports that change nothing, want %v", after, before)
+	}
+	// A change is written, alone and in a batch, even at a sequence the
+	// skipped reports had passed.
+	running := first(arns[0], 2)
+	running.LastStatus, running.Containers[0].LastStatus, running.Containers[0].RuntimeID = "RUNNING", "RUNNING", "r1"
+	if err := s.ApplyTaskStates(ctx, "c", "i1", []protocol.TaskState{running}); err != nil {
+		t.Fatal(err)
+	}
+	pulled := first(arns[1], 2)
+	pulled.Containers[0].ImageDigest = "sha256:abc"
+	stale := first(arns[0], 1)
+	if err := s.ApplyTaskStates(ctx, "c", "i1", []protocol.TaskState{stale, pulled}); err != nil {
+		t.Fatal(err)
+	}
+	after := revs()
+	for i := range after {
+		if after[i] == before[i] {
+			t.Fatalf("task %d not written by a report that changes it", i)
+		}
+	}
+	t0, _ := store.Get[store.Task](ctx, st, store.TaskKey("c", lastPart(arns[0])))
+	t1, _ := store.Get[store.Task](ctx, st, store.TaskKey("c", lastPart(arns[1])))
+	if v := t0.Value; v.LastStatus != "RUNNING" || v.Containers[0].RuntimeId != "r1" || *v.Version != 2 || v.StateSeq != 2 {
+		t.Fatalf("first task %s runtime %q version %d seq %d, want RUNNING r1 2 2", v.LastStatus, v.Containers[0].RuntimeId, *v.Version, v.StateSeq)
+	}
+	if v := t1.Value; v.Containers[0].ImageDigest != "sha256:abc" || *v.Version != 2 {
+		t.Fatalf("second task digest %q version %d, want sha256:abc 2", v.Containers[0].ImageDigest, *v.Version)
 	}
 }
 

@@ -589,6 +589,7 @@ func (s *Service) newTask(cluster, clusterArn string, ci store.ContainerInstance
 	t.TaskDefinitionArn = td.TaskDefinitionArn
 	t.LastStatus = "PROVISIONING"
 	t.DesiredStatus = "RUNNING"
+	t.HealthStatus = "UNKNOWN" // as ECS shows a new task; agents report the same
 	t.CreatedAt = shapes.At(now)
 	t.LaunchType = "EC2"
 	t.CapacityProviderName = ci.CapacityProviderName
