@@ -100,6 +100,9 @@ type options struct {
 	serverDebug    bool
 	// inProcess runs the hollow instances in this process (tests).
 	inProcess bool
+	// sampleInProcess samples the API from the server's process too,
+	// beside the client process (always so with inProcess).
+	sampleInProcess bool
 	// skipRollouts leaves out step 4.
 	skipRollouts bool
 	// idle is how long the steady fleet is watched before the rollouts.
@@ -181,6 +184,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.serverDebug, "server-debug", false, "log at debug level to -server-log (each reconcile and how long it took)")
 	fs.StringVar(&o.agentLog, "agent-log", "", "write the hollow agents' warnings here")
 	fs.BoolVar(&o.skipRollouts, "skip-rollouts", false, "leave out the rollouts (step 4)")
+	fs.BoolVar(&o.sampleInProcess, "sample-in-process", false, "sample the API during the rollout from the server's process too, beside the client process, doubling the calls the rollout competes with (as every run did until the twenty-seventh round)")
 	fs.DurationVar(&o.idle, "idle", 10*time.Second, "before the rollouts, measure the CPU of the steady fleet for this long (0: not)")
 	fs.IntVar(&o.agentNice, "agent-nice", 10, "niceness of the hollow agents' process (0: the server's): a real fleet's agents run on cores of their own, so by default the server gets the shared cores first and the agents every cycle it leaves")
 	fs.Int64Var(&o.memoryLimit, "server-memory-limit", 0, "soft memory limit of the server's process in MiB (debug.SetMemoryLimit; 0: none), not of the hollow agents'")
@@ -882,17 +886,19 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 		sctx, stopSampling := context.WithCancel(ctx)
 		sampled := make(chan struct{})
 		stopOutside := func() (*latencies, error) { return nil, nil }
-		if i == 0 {
+		if i == 0 && (o.inProcess || o.sampleInProcess) {
 			lat = newLatencies()
 			go func() { defer close(sampled); sample(sctx, h.c, daemonArn, instances, lat) }()
+		} else {
+			close(sampled)
+		}
+		if i == 0 {
 			if !o.inProcess {
 				if stopOutside, err = h.startSampler(daemonArn, instances); err != nil {
 					stopSampling()
 					return err
 				}
 			}
-		} else {
-			close(sampled)
 		}
 		stopProfile := func() {}
 		if i == 0 {
@@ -948,8 +954,10 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 			rep.APIClient = "process"
 			rep.APISamples, rep.APIP50Ms, rep.APIP99Ms, rep.APIByOp, rep.APIErrors = outside.report()
 			rep.APIByPosition = outside.positions()
-			rep.APIInProcessSamples, rep.APIInProcessP50Ms, rep.APIInProcessP99Ms, rep.APIInProcessByOp, _ = lat.report()
-			rep.APIInProcessByPosition = lat.positions()
+			if lat != nil {
+				rep.APIInProcessSamples, rep.APIInProcessP50Ms, rep.APIInProcessP99Ms, rep.APIInProcessByOp, _ = lat.report()
+				rep.APIInProcessByPosition = lat.positions()
+			}
 		case lat != nil:
 			rep.APIClient = "in-process"
 			rep.APISamples, rep.APIP50Ms, rep.APIP99Ms, rep.APIByOp, rep.APIErrors = lat.report()

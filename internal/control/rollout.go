@@ -67,18 +67,20 @@ func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment)
 	// Key order, as the records list, sorted once the view is let go: a
 	// reader holding it holds back the cache's next change, and every
 	// reader after that (the API's among them).
-	return sortedByID(out), nil
+	sortByID(out)
+	return out, nil
 }
 
-// sortedByID returns the instances in ID order. It sorts keys that hold
-// each ID's first 8 bytes, which settle nearly every comparison of random
-// IDs without reading the strings, then moves each instance once: sorting
-// the instances themselves took ~4.6 ms at 10,000, most of it reading IDs
-// scattered over the heap (BenchmarkSortInstances).
-func sortedByID(in []deployments.Instance) []deployments.Instance {
+// sortByID puts the instances in ID order. It sorts keys that hold each
+// ID's first 8 bytes, which settle nearly every comparison of random IDs
+// without reading the strings, then moves each instance once, following
+// the permutation's cycles. Sorting the instances themselves took 3.6-4.1
+// ms at 10,000 against 1.6-1.7 ms so (BenchmarkSortInstances): most of it
+// was reading IDs scattered over the heap.
+func sortByID(in []deployments.Instance) {
 	type key struct {
 		prefix uint64
-		i      int32
+		i      int32 // where the instance is; -1 once it is in place
 	}
 	keys := make([]key, len(in))
 	for i := range in {
@@ -92,11 +94,23 @@ func sortedByID(in []deployments.Instance) []deployments.Instance {
 		}
 		return strings.Compare(in[a.i].ID, in[b.i].ID)
 	})
-	out := make([]deployments.Instance, len(in))
-	for i, k := range keys {
-		out[i] = in[k.i]
+	// Position j takes the instance at keys[j].i.
+	for start := range keys {
+		if keys[start].i < 0 {
+			continue
+		}
+		held := in[start]
+		for j := start; ; {
+			from := int(keys[j].i)
+			keys[j].i = -1
+			if from == start {
+				in[j] = held
+				break
+			}
+			in[j] = in[from]
+			j = from
+		}
 	}
-	return out
 }
 
 func (f rolloutFleet) ReplacementStates(ctx context.Context, cluster string, ids []string) (map[string]string, error) {

@@ -24,29 +24,28 @@ func someInstances(n int) []deployments.Instance {
 	return out
 }
 
-func TestSortedByID(t *testing.T) {
+func TestSortByID(t *testing.T) {
 	in := someInstances(1000)
 	// IDs the first 8 bytes do not tell apart, and IDs shorter than that.
 	for i, id := range []string{"00000000b", "00000000a", "00000000", "0000000", "", "ffffffffz", "ffffffffy"} {
 		in[i*100].ID = id
 	}
-	orig := slices.Clone(in)
-	got := sortedByID(in)
-	if !slices.Equal(in, orig) {
-		t.Fatal("the input changed")
-	}
 	want := slices.Clone(in)
 	slices.SortFunc(want, func(a, b deployments.Instance) int { return strings.Compare(a.ID, b.ID) })
-	if !slices.Equal(got, want) {
+	sortByID(in)
+	if !slices.Equal(in, want) {
 		t.Fatal("not the instances in ID order")
 	}
-	if len(sortedByID(nil)) != 0 {
-		t.Fatal("none in, some out")
+	sortByID(in) // sorted already
+	if !slices.Equal(in, want) {
+		t.Fatal("a sorted list changed")
 	}
+	sortByID(nil)
 }
 
-// BenchmarkSortInstances compares sorting a rollout pass's instances in
-// place with sortedByID, at 10,000 (a 5,000-instance fleet mid-rollout).
+// BenchmarkSortInstances compares sorting a rollout pass's instances with
+// slices.SortFunc and with sortByID, at 10,000 (a 5,000-instance fleet
+// mid-rollout).
 func BenchmarkSortInstances(b *testing.B) {
 	in := someInstances(10000)
 	b.Run("in-place", func(b *testing.B) {
@@ -57,7 +56,7 @@ func BenchmarkSortInstances(b *testing.B) {
 	})
 	b.Run("by-prefix", func(b *testing.B) {
 		for b.Loop() {
-			sortedByID(in)
+			sortByID(slices.Clone(in))
 		}
 	})
 }
