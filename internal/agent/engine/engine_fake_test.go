@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -64,6 +65,11 @@ func TestFakeRunTask(t *testing.T) {
 	info, ok := h.e.Task(task.Arn)
 	if !ok || info.Containers[0].RuntimeID != c.RuntimeID || info.MemoryMiB != 64 || info.DesiredStatus != StatusRunning {
 		t.Fatalf("Task() = %+v, %v", info, ok)
+	}
+	// The view shows what the container was created with (built once per
+	// definition, published with every state).
+	if ci := info.Containers[0]; !maps.Equal(ci.Labels, spec.Labels) || ci.CPUShares != spec.CPUShares || ci.MemoryMiB != 64 || ci.LogDriver != spec.LogDriver {
+		t.Errorf("container view %+v, created with %+v", ci, spec)
 	}
 	if info2, ok := h.e.TaskByContainerID(c.RuntimeID); !ok || info2.Arn != task.Arn {
 		t.Fatalf("TaskByContainerID: %v", ok)

@@ -130,6 +130,10 @@ type task struct {
 	holder   int
 	shares   []int64
 	cs       []*ctr
+	// specViews are the containers' spec-derived details that publish
+	// shows, built once per definition (nil until then): every report
+	// publishes, and rebuilding the specs each time was a third of it.
+	specViews []specView
 
 	status     string
 	admitted   bool
@@ -390,6 +394,7 @@ func (t *task) define(d protocol.Task) {
 	t.deps = dependencies(&t.def, t.holder)
 	t.blockers = stopBlockers(t.deps)
 	t.shares = cpuShares(&t.def)
+	t.specViews = nil
 	cs := make([]*ctr, len(t.def.ContainerDefinitions))
 	for i := range t.def.ContainerDefinitions {
 		cd := &t.def.ContainerDefinitions[i]
@@ -1501,6 +1506,38 @@ func (t *task) record() record {
 	return r
 }
 
+// specView is what publish shows of a container's spec. Its maps and slice
+// are shared by every view published and must not be changed.
+type specView struct {
+	labels                    map[string]string
+	cpuShares                 int64
+	memoryMiB, reservationMiB int
+	logDriver                 string
+	logOptions                map[string]string
+	volumes                   []VolumeInfo
+}
+
+// specView returns container i's, building them all on the first call
+// after define: a spec depends only on the definition, the task's ARN and
+// the engine's configuration.
+func (t *task) specView(i int) specView {
+	if t.specViews == nil {
+		cfg := t.e.cfg
+		cfg.MetadataURI = nil // not shown; no need to ask
+		t.specViews = make([]specView, len(t.def.ContainerDefinitions))
+		for j := range t.specViews {
+			spec := buildSpec(specInput{cfg: &cfg, task: &t.desired, def: &t.def, index: j, networkMode: t.netMode, volumes: t.volumes, cpuShares: t.shares[j]})
+			v := specView{labels: spec.Labels, cpuShares: spec.CPUShares, memoryMiB: int(spec.MemoryLimit >> 20),
+				reservationMiB: int(spec.MemoryReservation >> 20), logDriver: spec.LogDriver, logOptions: spec.LogOptions}
+			for _, m := range spec.Mounts {
+				v.volumes = append(v.volumes, VolumeInfo{Source: m.Source, Destination: m.Target, ReadOnly: m.ReadOnly})
+			}
+			t.specViews[j] = v
+		}
+	}
+	return t.specViews[i]
+}
+
 // publish makes the task's picture visible to other goroutines.
 func (t *task) publish() {
 	info := TaskInfo{
@@ -1522,8 +1559,6 @@ func (t *task) publish() {
 	if t.stopping {
 		info.DesiredStatus = StatusStopped
 	}
-	cfg := t.e.cfg
-	cfg.MetadataURI = nil // not shown; no need to ask
 	for i, c := range t.cs {
 		ci := ContainerInfo{
 			Name:          c.name,
@@ -1549,15 +1584,9 @@ func (t *task) publish() {
 		ci.Image = c.image
 		if d := c.def; d != nil {
 			ci.Image = d.Image
-			spec := buildSpec(specInput{cfg: &cfg, task: &t.desired, def: &t.def, index: i, networkMode: t.netMode, volumes: t.volumes, cpuShares: t.shares[i]})
-			ci.Labels = spec.Labels
-			ci.CPUShares = spec.CPUShares
-			ci.MemoryMiB = int(spec.MemoryLimit >> 20)
-			ci.MemoryReservationMiB = int(spec.MemoryReservation >> 20)
-			ci.LogDriver, ci.LogOptions = spec.LogDriver, spec.LogOptions
-			for _, m := range spec.Mounts {
-				ci.Volumes = append(ci.Volumes, VolumeInfo{Source: m.Source, Destination: m.Target, ReadOnly: m.ReadOnly})
-			}
+			v := t.specView(i)
+			ci.Labels, ci.CPUShares, ci.MemoryMiB, ci.MemoryReservationMiB = v.labels, v.cpuShares, v.memoryMiB, v.reservationMiB
+			ci.LogDriver, ci.LogOptions, ci.Volumes = v.logDriver, v.logOptions, v.volumes
 		}
 		info.Containers = append(info.Containers, ci)
 	}
