@@ -822,22 +822,21 @@ func (o options) profile(phase string, agents host) (func(), error) {
 		}
 	}
 	stopTrace := o.traceInPhase()
+	stop := func() { stopTrace(); stopAgents() }
 	if o.cpuProfile == "" {
-		return func() { stopTrace(); stopAgents() }, nil
+		return stop, nil
 	}
 	f, err := os.Create(o.cpuProfile)
 	if err != nil {
-		stopTrace()
-		stopAgents()
+		stop()
 		return nil, err
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()
-		stopTrace()
-		stopAgents()
+		stop()
 		return nil, err
 	}
-	return func() { pprof.StopCPUProfile(); f.Close(); stopTrace(); stopAgents() }, nil
+	return func() { pprof.StopCPUProfile(); f.Close(); stop() }, nil
 }
 
 // traceInPhase records the execution trace for one window in the middle of
