@@ -22,7 +22,7 @@ const etcdEnv = "CAPSTAN_SCALE_ETCD"
 // serveEtcd runs a member with the embedded one's settings until stdin
 // closes, having printed its client URL on stdout.
 func serveEtcd(dir string) error {
-	m, err := store.StartMember(context.Background(), dir, store.CompactEvery)
+	m, err := store.StartMember(context.Background(), store.MemberConfig{Dir: dir, CompactEvery: store.CompactEvery})
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,8 @@ func main() {
 		err = runAgent(ctx, os.Args[2:])
 	case "dev":
 		err = runDev(ctx, os.Args[2:])
+	case "etcd":
+		err = runEtcd(ctx, os.Args[2:])
 	case "pause":
 		err = runPause(ctx)
 	case "-h", "--help", "help":
@@ -47,6 +49,8 @@ Usage:
   capstan agent [flags]         run the instance agent (tasks on Docker)
   capstan dev [flags]           run everything on this machine, with a sample
                                 daemon and service (from the source tree)
+  capstan etcd [flags]          run an etcd member with the embedded one's
+                                settings, for servers with --etcd-endpoints
   capstan <noun> <verb> [flags] manage resources (cluster, capacity-provider,
                                 task-definition, daemon-task-definition, daemon,
                                 agent-credential)

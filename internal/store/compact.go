@@ -3,9 +3,11 @@ package store
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // CompactEvery is how often the store compacts the embedded member's
@@ -22,6 +24,13 @@ const CompactEvery = 10 * time.Second
 // compact runs until ctx ends. Only an embedded member is compacted this
 // way: an external cluster has other readers and its own settings.
 func (s *Store) compact(ctx context.Context, every time.Duration) {
+	compactLoop(ctx, every, s.client, s.cache.revision, s.compacted.Store, func(revs int64) { s.defrag(revs, every) }, s.log)
+}
+
+// compactLoop compacts c's history every period to the revision rev gave
+// one period earlier, records it with compacted, then calls defrag with
+// the revisions the period saw. Until ctx ends.
+func compactLoop(ctx context.Context, every time.Duration, c *clientv3.Client, rev func() int64, compacted func(int64), defrag func(revs int64), log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var behind, done int64
@@ -31,20 +40,20 @@ func (s *Store) compact(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		now := s.cache.revision()
+		now := rev()
 		revs := now - behind
 		if behind > done {
-			_, err := s.client.Compact(ctx, behind)
+			_, err := c.Compact(ctx, behind)
 			switch {
 			case err == nil || errors.Is(err, rpctypes.ErrCompacted):
 				done = behind
-				s.compacted.Store(behind)
+				compacted(behind)
 			case ctx.Err() == nil:
-				s.log.Warn("compact etcd history", "rev", behind, "err", err)
+				log.Warn("compact etcd history", "rev", behind, "err", err)
 			}
 		}
 		if behind > 0 {
-			s.defrag(revs, every)
+			defrag(revs)
 		}
 		behind = now
 	}

@@ -1,8 +1,11 @@
 package store
 
 import (
+	"log/slog"
 	"sync"
 	"time"
+
+	"go.etcd.io/etcd/server/v3/etcdserver"
 )
 
 // Compaction frees old revisions but not the database file: etcd keeps
@@ -70,27 +73,35 @@ func (d *defragger) failed(at time.Time) {
 
 // defrag defragments the embedded member when it is due.
 func (s *Store) defrag(revs int64, period time.Duration) {
-	be := s.embedded.etcd.Server.Backend()
+	defragIfDue(s.embedded.etcd.Server, &s.defrags, revs, period, s.log)
+}
+
+// defragIfDue defragments srv's database if d says it is due after revs
+// revisions in the last period.
+func defragIfDue(srv *etcdserver.EtcdServer, d *defragger, revs int64, period time.Duration, log *slog.Logger) {
+	be := srv.Backend()
 	before := be.Size()
-	if !s.defrags.due(time.Now(), before, revs, period) {
+	if !d.due(time.Now(), before, revs, period) {
 		return
 	}
 	start := time.Now()
 	// The server's own call: the in-process client's maintenance
 	// service has no health notifier and panics on a defragmentation.
-	if err := s.embedded.etcd.Server.Defragment(); err != nil {
-		s.log.Warn("defragment etcd", "err", err)
-		s.defrags.failed(start)
+	if err := srv.Defragment(); err != nil {
+		log.Warn("defragment etcd", "err", err)
+		d.failed(start)
 		return
 	}
 	r := Defrag{At: start, BeforeBytes: before, AfterBytes: be.Size(), Took: time.Since(start)}
-	s.defrags.record(r)
-	s.log.Info("defragmented etcd", "before_mib", before>>20, "after_mib", r.AfterBytes>>20, "took", r.Took)
+	d.record(r)
+	log.Info("defragmented etcd", "before_mib", before>>20, "after_mib", r.AfterBytes>>20, "took", r.Took)
+}
+
+func (d *defragger) list() []Defrag {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]Defrag(nil), d.done...)
 }
 
 // Defrags are the embedded member's defragmentations so far.
-func (s *Store) Defrags() []Defrag {
-	s.defrags.mu.Lock()
-	defer s.defrags.mu.Unlock()
-	return append([]Defrag(nil), s.defrags.done...)
-}
+func (s *Store) Defrags() []Defrag { return s.defrags.list() }

@@ -1,15 +1,19 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,49 +39,55 @@ type embedded struct {
 // startEmbedded starts etcd with its data in dir. Ports are chosen once and
 // kept in dir so that a restarted member finds the peer URL it recorded.
 func startEmbedded(ctx context.Context, dir string) (*embedded, *clientv3.Client, error) {
-	return startMember(ctx, dir, 0)
+	return startMember(ctx, memberOpts{dir: dir})
 }
 
-// startMember starts the member; compactEvery > 0 has etcd compact its own
-// history that often (no store in this process compacts it).
-func startMember(ctx context.Context, dir string, compactEvery time.Duration) (*embedded, *clientv3.Client, error) {
+// memberOpts say where a member keeps its data and listens; without URLs
+// it takes the ports recorded in dir, or free ones.
+type memberOpts struct {
+	dir                string
+	clientURL, peerURL *url.URL
+}
+
+func startMember(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client, error) {
 	for attempt := 0; ; attempt++ {
-		e, c, err := startEmbeddedOnce(ctx, dir, compactEvery)
+		e, c, err := startEmbeddedOnce(ctx, o)
 		// Ports are picked free, then bound by etcd a moment later: another
-		// process can take one between. New ones are picked.
-		if errors.Is(err, syscall.EADDRINUSE) && attempt < 3 {
-			os.Remove(filepath.Join(dir, "ports"))
+		// process can take one between. New ones are picked; ports the
+		// caller chose are its to fix.
+		if errors.Is(err, syscall.EADDRINUSE) && o.clientURL == nil && attempt < 3 {
+			os.Remove(filepath.Join(o.dir, "ports"))
 			continue
 		}
 		return e, c, err
 	}
 }
 
-func startEmbeddedOnce(ctx context.Context, dir string, compactEvery time.Duration) (*embedded, *clientv3.Client, error) {
+func startEmbeddedOnce(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client, error) {
+	dir := o.dir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("etcd data dir: %w", err)
 	}
-	clientPort, peerPort, err := ports(filepath.Join(dir, "ports"))
-	if err != nil {
-		return nil, nil, err
+	cu, pu := o.clientURL, o.peerURL
+	if cu == nil {
+		clientPort, peerPort, err := ports(filepath.Join(dir, "ports"))
+		if err != nil {
+			return nil, nil, err
+		}
+		cu, _ = url.Parse("http://127.0.0.1:" + strconv.Itoa(clientPort))
+		pu, _ = url.Parse("http://127.0.0.1:" + strconv.Itoa(peerPort))
 	}
 	cfg := embed.NewConfig()
 	cfg.Name = "capstan"
 	cfg.Dir = filepath.Join(dir, "data")
-	cu, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(clientPort))
-	pu, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(peerPort))
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	// The store compacts the history itself (compact.go), behind what its
-	// cache has applied; etcd's own periodic compaction is off.
+	// The history is compacted by compactLoop (compact.go), then the
+	// database defragmented when quiet; etcd's own compaction is off.
 	cfg.AutoCompactionRetention = "0"
-	if compactEvery > 0 {
-		cfg.AutoCompactionMode = embed.CompactorModePeriodic
-		cfg.AutoCompactionRetention = compactEvery.String()
-	}
 	// A single member has no follower to catch up: keep fewer raft entries
 	// (whole transactions) in memory. etcd snapshots to memory every 100
 	// entries and keeps SnapshotCatchUpEntries behind it: 1,000 of the
@@ -111,32 +121,122 @@ func startEmbeddedOnce(ctx context.Context, dir string, compactEvery time.Durati
 func (e *embedded) close() { e.etcd.Close() }
 
 // Member is an etcd member with the embedded one's settings, serving
-// servers in other processes (the scale benchmark runs one to measure a
-// server whose etcd is not in its process).
+// servers in other processes: `capstan etcd`, and the scale benchmark's
+// member in a process of its own.
 type Member struct {
-	e      *embedded
-	client *clientv3.Client
+	e         *embedded
+	client    *clientv3.Client
+	log       *slog.Logger
+	defrags   defragger
+	compacted atomic.Int64
+	stop      context.CancelFunc
+	done      chan struct{}
 }
 
-// StartMember starts a member with its data in dir. Its servers cannot
-// compact it behind their caches, so etcd compacts its history every
-// compactEvery itself.
-func StartMember(ctx context.Context, dir string, compactEvery time.Duration) (*Member, error) {
-	if compactEvery <= 0 {
+// MemberConfig says where a member keeps its data and listens.
+type MemberConfig struct {
+	Dir string
+	// ClientURL and PeerURL (http://IP:PORT) are where it listens; without
+	// them it takes ports on 127.0.0.1 picked once and kept in Dir.
+	ClientURL, PeerURL string
+	// CompactEvery is how often the member compacts its own history:
+	// its servers cannot compact it behind their caches. Required.
+	CompactEvery time.Duration
+	// DefragMinBytes is the smallest database the member defragments
+	// when quiet (0: DefragMinBytes).
+	DefragMinBytes int64
+	Logger         *slog.Logger
+}
+
+// StartMember starts a member. Until Close it compacts its history every
+// CompactEvery, keeping one to two periods of it as the embedded member
+// does, and defragments its database by the same rules (defrag.go).
+func StartMember(ctx context.Context, cfg MemberConfig) (*Member, error) {
+	if cfg.CompactEvery <= 0 {
 		return nil, errors.New("store: a member needs a compaction period")
 	}
-	e, c, err := startMember(ctx, dir, compactEvery)
+	o := memberOpts{dir: cfg.Dir}
+	if (cfg.ClientURL == "") != (cfg.PeerURL == "") {
+		return nil, errors.New("store: a member's client and peer URLs go together")
+	}
+	if cfg.ClientURL != "" {
+		var err error
+		if o.clientURL, err = memberURL("client", cfg.ClientURL); err != nil {
+			return nil, err
+		}
+		if o.peerURL, err = memberURL("peer", cfg.PeerURL); err != nil {
+			return nil, err
+		}
+	}
+	e, c, err := startMember(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	return &Member{e: e, client: c}, nil
+	m := &Member{e: e, client: c, log: cfg.Logger, done: make(chan struct{})}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	m.defrags.minBytes = cmp.Or(cfg.DefragMinBytes, DefragMinBytes)
+	run, stop := context.WithCancel(context.Background())
+	m.stop = stop
+	go func() { defer close(m.done); m.maintain(run, cfg.CompactEvery) }()
+	return m, nil
 }
+
+// memberURL checks a listen URL.
+func memberURL(what, raw string) (*url.URL, error) {
+	u, err := CheckMemberURL(raw)
+	if err != nil {
+		return nil, fmt.Errorf("store: the member's %s URL: %w", what, err)
+	}
+	return u, nil
+}
+
+// CheckMemberURL says why raw cannot be a member's listen URL: etcd binds
+// to an IP and a port, not a name.
+func CheckMemberURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "http" || u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
+		return nil, fmt.Errorf("must be http://IP:PORT (got %q)", raw)
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("must be http://IP:PORT (got %q)", raw)
+	}
+	if _, err := netip.ParseAddr(host); err != nil {
+		return nil, fmt.Errorf("must name an IP address, not %q", host)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return nil, fmt.Errorf("needs a port from 1 to 65535 (got %q)", port)
+	}
+	return &url.URL{Scheme: "http", Host: u.Host}, nil
+}
+
+// maintain compacts the member's history and defragments its database
+// as the store does its embedded member's.
+func (m *Member) maintain(ctx context.Context, every time.Duration) {
+	srv := m.e.etcd.Server
+	compactLoop(ctx, every, m.client, srv.KV().Rev, m.compacted.Store, func(revs int64) {
+		defragIfDue(srv, &m.defrags, revs, every, m.log)
+	}, m.log)
+}
+
+// Compacted is the revision the member last compacted its history to.
+func (m *Member) Compacted() int64 { return m.compacted.Load() }
 
 // ClientURL is where servers reach the member.
 func (m *Member) ClientURL() string { return m.e.clientURL() }
 
+// Err reports the member stopping on its own.
+func (m *Member) Err() <-chan error { return m.e.etcd.Err() }
+
+// Defrags are the member's defragmentations so far.
+func (m *Member) Defrags() []Defrag { return m.defrags.list() }
+
 // Close stops the member.
 func (m *Member) Close() {
+	m.stop()
+	<-m.done
 	m.client.Close()
 	m.e.close()
 }

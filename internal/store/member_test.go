@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,12 +19,12 @@ import (
 func TestMemberServesAnotherStore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	m, err := StartMember(ctx, t.TempDir(), time.Second)
+	m, err := StartMember(ctx, MemberConfig{Dir: t.TempDir(), CompactEvery: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if _, err := StartMember(ctx, t.TempDir(), 0); err == nil {
+	if _, err := StartMember(ctx, MemberConfig{Dir: t.TempDir()}); err == nil {
 		t.Fatal("a member without a compaction period started")
 	}
 
@@ -76,4 +78,95 @@ func TestMemberServesAnotherStore(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// A member on its own listens where it is told, compacts its history and,
+// once writes stop, defragments its database without losing a record.
+func TestMemberDefragmentsWhenQuiet(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	clientURL, peerURL := "http://"+freeLocal(t), "http://"+freeLocal(t)
+	m, err := StartMember(ctx, MemberConfig{Dir: t.TempDir(), ClientURL: clientURL, PeerURL: peerURL,
+		CompactEvery: 200 * time.Millisecond, DefragMinBytes: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.ClientURL() != clientURL {
+		t.Fatalf("member on %s, told %s", m.ClientURL(), clientURL)
+	}
+	s, err := Open(ctx, Config{Endpoints: []string{clientURL}, MaxTxnOps: EmbeddedMaxTxnOps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	// 100 records of 16 KB, each written six times.
+	const keys, rounds = 100, 6
+	want := map[string]blob{}
+	for r := range rounds {
+		for i := range keys {
+			k, v := fmt.Sprintf("d/%03d", i), blob{Data: randomText(16 << 10), N: r}
+			if _, err := s.Txn().Put(k, v).Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			want[k] = v
+		}
+	}
+	if n := len(m.Defrags()); n != 0 {
+		t.Fatalf("defragmented %d times while writes went on", n)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(m.Defrags()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("not defragmented within 30 s of quiet (database %d bytes)", m.e.etcd.Server.Backend().Size())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if m.Compacted() == 0 {
+		t.Fatal("defragmented before compacting")
+	}
+	d := m.Defrags()[0]
+	t.Logf("defragmented %d → %d bytes in %v", d.BeforeBytes, d.AfterBytes, d.Took)
+	if d.AfterBytes*2 > d.BeforeBytes {
+		t.Fatalf("defragmentation left %d bytes of %d", d.AfterBytes, d.BeforeBytes)
+	}
+	for k, v := range want {
+		resp, err := m.client.Get(ctx, s.prefix+k)
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("%s after defragmenting: %v %v", k, resp, err)
+		}
+		got, err := Get[blob](ctx, s, k)
+		if err != nil || got.Value != v || got.Rev != resp.Kvs[0].ModRevision {
+			t.Fatalf("%s after defragmenting: %.20v rev %d (%v), want round %d at rev %d", k, got.Value, got.Rev, err, v.N, resp.Kvs[0].ModRevision)
+		}
+	}
+}
+
+func TestMemberRefusesBadURLs(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		client, peer, want string
+	}{
+		{"http://localhost:2379", "http://127.0.0.1:2380", "IP address"},
+		{"http://127.0.0.1", "http://127.0.0.1:2380", "IP:PORT"},
+		{"https://127.0.0.1:2379", "http://127.0.0.1:2380", "IP:PORT"},
+		{"http://127.0.0.1:0", "http://127.0.0.1:2380", "port from 1 to 65535"},
+		{"http://127.0.0.1:2379", "", "go together"},
+	} {
+		_, err := StartMember(ctx, MemberConfig{Dir: t.TempDir(), ClientURL: c.client, PeerURL: c.peer, CompactEvery: time.Second})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("client %q peer %q: %v, want an error saying %q", c.client, c.peer, err, c.want)
+		}
+	}
+}
+
+func freeLocal(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/capstanhq/capstan/internal/store"
+)
+
+func defaultEtcdDir() string {
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".capstan", "etcd")
+	}
+	return "capstan-etcd"
+}
+
+// runEtcd runs a single etcd member with the settings of the server's
+// embedded one, in a process of its own: the server's memory, collector
+// and cores are then its own (docs/performance.md, "Twenty-eighth round").
+func runEtcd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("capstan etcd", flag.ContinueOnError)
+	var dir, listen, peer, level string
+	fs.StringVar(&dir, "data-dir", defaultEtcdDir(), "directory for the member's data")
+	fs.StringVar(&listen, "listen", "127.0.0.1:2379", "IP:PORT servers reach the member on (capstan server --etcd-endpoints http://IP:PORT)")
+	fs.StringVar(&peer, "peer-listen", "127.0.0.1:2380", "IP:PORT of the member's peer URL")
+	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	if _, err := store.CheckMemberURL("http://" + listen); err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	if _, err := store.CheckMemberURL("http://" + peer); err != nil {
+		return fmt.Errorf("--peer-listen: %w", err)
+	}
+	if listen == peer {
+		return fmt.Errorf("--listen and --peer-listen must differ (both %s)", listen)
+	}
+	m, err := store.StartMember(ctx, store.MemberConfig{Dir: dir, ClientURL: "http://" + listen, PeerURL: "http://" + peer,
+		CompactEvery: store.CompactEvery, Logger: log})
+	if err != nil {
+		return err
+	}
+	log.Info("capstan etcd ready", "client_url", m.ClientURL(), "data_dir", dir, "max_txn_ops", store.EmbeddedMaxTxnOps)
+	fmt.Fprintf(os.Stderr, "\nServers use it with:\n\n  capstan server --etcd-endpoints %s --etcd-max-txn-ops %d\n\n", m.ClientURL(), store.EmbeddedMaxTxnOps)
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+		m.Close()
+		return nil
+	case err := <-m.Err():
+		m.Close()
+		return fmt.Errorf("etcd stopped: %w", err)
+	}
+}
