@@ -49,7 +49,7 @@ func runEtcd(ctx context.Context, args []string) error {
 		return fmt.Errorf("--listen and --peer-listen must differ (both %s)", listen)
 	}
 	m, err := store.StartMember(ctx, store.MemberConfig{Dir: dir, ClientURL: "http://" + listen, PeerURL: "http://" + peer,
-		CompactEvery: store.CompactEvery, Logger: log})
+		CompactEvery: store.CompactEvery, Logger: log, EtcdLogLevel: etcdLogLevel(lvl)})
 	if err != nil {
 		return err
 	}
@@ -64,4 +64,16 @@ func runEtcd(ctx context.Context, args []string) error {
 		m.Close()
 		return fmt.Errorf("etcd stopped: %w", err)
 	}
+}
+
+// etcdLogLevel is the level of etcd's own log: its info is a line per
+// raft step and request, so below warn only when asked for debug.
+func etcdLogLevel(l slog.Level) string {
+	switch {
+	case l <= slog.LevelDebug:
+		return "info"
+	case l >= slog.LevelError:
+		return "error"
+	}
+	return "warn"
 }

@@ -21,6 +21,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // EmbeddedMaxTxnOps is how many operations one transaction may hold on
@@ -47,6 +48,9 @@ func startEmbedded(ctx context.Context, dir string) (*embedded, *clientv3.Client
 type memberOpts struct {
 	dir                string
 	clientURL, peerURL *url.URL
+	// etcdLog takes etcd's own log (nil: none, as when embedded: the
+	// server reports what matters through its store).
+	etcdLog *zap.Logger
 }
 
 func startMember(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client, error) {
@@ -84,7 +88,7 @@ func startEmbeddedOnce(ctx context.Context, o memberOpts) (*embedded, *clientv3.
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(cmp.Or(o.etcdLog, zap.NewNop()))
 	// The history is compacted by compactLoop (compact.go), then the
 	// database defragmented when quiet; etcd's own compaction is off.
 	cfg.AutoCompactionRetention = "0"
@@ -129,6 +133,7 @@ type Member struct {
 	log       *slog.Logger
 	defrags   defragger
 	compacted atomic.Int64
+	etcdLevel *zap.AtomicLevel // nil: etcd's log is off
 	stop      context.CancelFunc
 	done      chan struct{}
 }
@@ -146,6 +151,9 @@ type MemberConfig struct {
 	// when quiet (0: DefragMinBytes).
 	DefragMinBytes int64
 	Logger         *slog.Logger
+	// EtcdLogLevel, if set (debug, info, warn or error), writes etcd's
+	// own log at that level to stderr: slow disks, long applies, alarms.
+	EtcdLogLevel string
 }
 
 // StartMember starts a member. Until Close it compacts its history every
@@ -156,6 +164,20 @@ func StartMember(ctx context.Context, cfg MemberConfig) (*Member, error) {
 		return nil, errors.New("store: a member needs a compaction period")
 	}
 	o := memberOpts{dir: cfg.Dir}
+	var etcdLevel *zap.AtomicLevel
+	if cfg.EtcdLogLevel != "" {
+		lvl, err := zapcore.ParseLevel(cfg.EtcdLogLevel)
+		if err != nil {
+			return nil, fmt.Errorf("store: etcd's log level: %w", err)
+		}
+		zc := zap.NewProductionConfig()
+		zc.Level = zap.NewAtomicLevelAt(lvl)
+		etcdLevel = &zc.Level
+		zc.Sampling = nil
+		if o.etcdLog, err = zc.Build(); err != nil {
+			return nil, fmt.Errorf("store: etcd's log: %w", err)
+		}
+	}
 	if (cfg.ClientURL == "") != (cfg.PeerURL == "") {
 		return nil, errors.New("store: a member's client and peer URLs go together")
 	}
@@ -172,7 +194,7 @@ func StartMember(ctx context.Context, cfg MemberConfig) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{e: e, client: c, log: cfg.Logger, done: make(chan struct{})}
+	m := &Member{e: e, client: c, log: cfg.Logger, etcdLevel: etcdLevel, done: make(chan struct{})}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
@@ -235,6 +257,10 @@ func (m *Member) Defrags() []Defrag { return m.defrags.list() }
 
 // Close stops the member.
 func (m *Member) Close() {
+	if m.etcdLevel != nil {
+		// etcd logs its listeners' closing as errors.
+		m.etcdLevel.SetLevel(zapcore.FatalLevel)
+	}
 	m.stop()
 	<-m.done
 	m.client.Close()

@@ -159,6 +159,10 @@ func TestMemberRefusesBadURLs(t *testing.T) {
 			t.Errorf("client %q peer %q: %v, want an error saying %q", c.client, c.peer, err, c.want)
 		}
 	}
+	_, err := StartMember(ctx, MemberConfig{Dir: t.TempDir(), CompactEvery: time.Second, EtcdLogLevel: "loud"})
+	if err == nil || !strings.Contains(err.Error(), "log level") {
+		t.Errorf("etcd log level \"loud\": %v, want an error naming the log level", err)
+	}
 }
 
 func freeLocal(t *testing.T) string {
