@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,9 +35,9 @@ var (
 // server's advertise URL), once for less than the loss timeout and once
 // for longer.
 func TestPartitionAgent(t *testing.T) {
-	listen := freeAddr(t)
-	px := startProxy(t, listen)
-	f := newFleet(t, func(c *server.Config) { c.Listen, c.AdvertiseURL = listen, "http://"+px.addr() })
+	px := startProxy(t)
+	f := newFleet(t, func(c *server.Config) { c.AdvertiseURL = "http://" + px.addr() })
+	px.setTarget(strings.TrimPrefix(f.url, "http://"))
 	f.setup(*instancesFlag, false)
 
 	// Shorter than the loss timeout: nothing is replaced, nothing stops.

@@ -19,23 +19,27 @@ import (
 // lets both ends' silence limits end it. Connections are told apart by the
 // process that owns the client socket.
 type proxy struct {
-	ln     net.Listener
-	target string
+	ln net.Listener
 
 	mu     sync.Mutex
+	target string // set once the server listens
 	cond   *sync.Cond
 	cut    map[int]bool // partitioned agent pids
 	closed bool
 	conns  []net.Conn
 }
 
-func startProxy(t *testing.T, target string) *proxy {
+// startProxy listens at once, so that the server can advertise it; the
+// server's own address comes later (setTarget), picked by the server
+// itself: a port picked free here and bound by a server started after a
+// build could be taken by then.
+func startProxy(t *testing.T) *proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, target: target, cut: map[int]bool{}}
+	p := &proxy{ln: ln, cut: map[int]bool{}}
 	p.cond = sync.NewCond(&p.mu)
 	go p.serve()
 	t.Cleanup(p.close)
@@ -44,6 +48,12 @@ func startProxy(t *testing.T, target string) *proxy {
 
 func (p *proxy) addr() string { return p.ln.Addr().String() }
 
+func (p *proxy) setTarget(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = addr
+}
+
 func (p *proxy) serve() {
 	for {
 		c, err := p.ln.Accept()
@@ -51,7 +61,14 @@ func (p *proxy) serve() {
 			return
 		}
 		pid := socketOwner(c.RemoteAddr().(*net.TCPAddr).Port, p.ln.Addr().(*net.TCPAddr).Port)
-		up, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		if target == "" {
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Close()
 			continue
