@@ -35,6 +35,7 @@ const (
 // embedded is a single-member etcd running inside this process.
 type embedded struct {
 	etcd *embed.Etcd
+	lock *os.File // the data dir's, held while etcd runs
 }
 
 // startEmbedded starts etcd with its data in dir. Ports are chosen once and
@@ -72,6 +73,56 @@ func startEmbeddedOnce(ctx context.Context, o memberOpts) (*embedded, *clientv3.
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("etcd data dir: %w", err)
 	}
+	lock, err := lockDir(ctx, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, c, err := startLocked(ctx, o)
+	if err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
+	e.lock = lock
+	return e, c, nil
+}
+
+// lockWait is how long a member waits for its data dir's lock: long
+// enough for a process being restarted to finish exiting.
+var lockWait = 10 * time.Second
+
+// lockDir takes the data dir's lock, waiting at most lockWait. etcd waits
+// for ever on its database's lock, so a second server or member started on
+// a data dir in use hung, deaf to signals, instead of saying so.
+func lockDir(ctx context.Context, dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("etcd data dir: %w", err)
+	}
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock etcd data dir %s: %w", dir, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("etcd data dir %s is in use by another process (a server or capstan etcd on the same data dir)", dir)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func startLocked(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client, error) {
+	dir := o.dir
 	cu, pu := o.clientURL, o.peerURL
 	if cu == nil {
 		clientPort, peerPort, err := ports(filepath.Join(dir, "ports"))
@@ -122,7 +173,10 @@ func startEmbeddedOnce(ctx context.Context, o memberOpts) (*embedded, *clientv3.
 	return &embedded{etcd: e}, v3client.New(e.Server), nil
 }
 
-func (e *embedded) close() { e.etcd.Close() }
+func (e *embedded) close() {
+	e.etcd.Close()
+	e.lock.Close()
+}
 
 // Member is an etcd member with the embedded one's settings, serving
 // servers in other processes: `capstan etcd`, and the scale benchmark's

@@ -174,3 +174,35 @@ func freeLocal(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// A data dir serves one member at a time; a second is refused at once,
+// where etcd's own database lock would wait for ever.
+func TestDataDirInUseIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	m, err := StartMember(ctx, MemberConfig{Dir: dir, CompactEvery: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(was time.Duration) { lockWait = was }(lockWait)
+	lockWait = time.Second
+	start := time.Now()
+	if _, err := StartMember(ctx, MemberConfig{Dir: dir, ClientURL: "http://" + freeLocal(t), PeerURL: "http://" + freeLocal(t), CompactEvery: time.Second}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("a second member on the data dir: %v", err)
+	}
+	if _, err := Open(ctx, Config{DataDir: dir}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("a store embedding a member on the data dir: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("refusing took %v", d)
+	}
+	// A member that lets go within the wait is waited for, as in a restart.
+	lockWait = 30 * time.Second
+	go func() { time.Sleep(time.Second); m.Close() }()
+	s, err := Open(ctx, Config{DataDir: dir})
+	if err != nil {
+		t.Fatalf("the data dir once its member stopped: %v", err)
+	}
+	s.Close()
+}

@@ -72,6 +72,20 @@ func TestServerOnCapstanEtcd(t *testing.T) {
 	if want := "--etcd-endpoints http://" + listen + " --etcd-max-txn-ops 1024"; !strings.Contains(m.log.String(), want) {
 		t.Fatalf("capstan etcd did not print how servers use it (%q):\n%s", want, m.log)
 	}
+	// A second member on the same data dir says so and exits.
+	second := exec.Command(capstanBinary(t), "etcd", "--data-dir", dir, "--listen", freeAddr(t), "--peer-listen", freeAddr(t))
+	second.WaitDelay = time.Second
+	done := make(chan []byte, 1)
+	go func() { out, _ := second.CombinedOutput(); done <- out }()
+	select {
+	case out := <-done:
+		if second.ProcessState.Success() || !strings.Contains(string(out), "in use") {
+			t.Fatalf("a second capstan etcd on the data dir: %v\n%s", second.ProcessState, out)
+		}
+	case <-time.After(30 * time.Second):
+		second.Process.Kill()
+		t.Fatal("a second capstan etcd on the data dir still running after 30s")
+	}
 	s := startServerProcess(t, freeAddr(t), "--data-dir", t.TempDir(), "--etcd-endpoints", "http://"+listen, "--etcd-max-txn-ops", "1024")
 	c := s.client()
 	if _, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("before")}); err != nil {
