@@ -128,7 +128,9 @@ func TestDefragmentsWhenQuietAndKeepsEveryRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("defragmented %d → %d bytes in %v; file %d bytes", d.BeforeBytes, d.AfterBytes, d.Took, st.Size())
-	if d.AfterBytes*2 > d.BeforeBytes || st.Size()*2 > d.BeforeBytes {
+	// bbolt grows its file in doubling steps, so the file may hold up to
+	// twice the database: an 8.3 MB database left 3.7 MB in a 4.2 MB file.
+	if d.AfterBytes*2 > d.BeforeBytes || st.Size() >= d.BeforeBytes || st.Size() > 2*d.AfterBytes {
 		t.Fatalf("defragmentation left %d bytes (file %d) of %d", d.AfterBytes, st.Size(), d.BeforeBytes)
 	}
 

@@ -87,7 +87,7 @@ func TestMemberDefragmentsWhenQuiet(t *testing.T) {
 	defer cancel()
 	clientURL, peerURL := "http://"+freeLocal(t), "http://"+freeLocal(t)
 	m, err := StartMember(ctx, MemberConfig{Dir: t.TempDir(), ClientURL: clientURL, PeerURL: peerURL,
-		CompactEvery: 200 * time.Millisecond, DefragMinBytes: 4 << 20})
+		CompactEvery: 500 * time.Millisecond, DefragMinBytes: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,8 +101,9 @@ func TestMemberDefragmentsWhenQuiet(t *testing.T) {
 	}
 	defer s.Close()
 
-	// 100 records of 16 KB, each written six times.
-	const keys, rounds = 100, 6
+	// 200 records of 16 KB, each written six times: with the history
+	// compacted behind them, a database of 8-13 MB.
+	const keys, rounds = 200, 6
 	want := map[string]blob{}
 	for r := range rounds {
 		for i := range keys {
