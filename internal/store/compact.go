@@ -43,7 +43,9 @@ func compactLoop(ctx context.Context, every time.Duration, c *clientv3.Client, r
 		now := rev()
 		revs := now - behind
 		if behind > done {
-			_, err := c.Compact(ctx, behind)
+			// Physical: the defragmentation below must not copy what the
+			// compaction is still deleting in the background.
+			_, err := c.Compact(ctx, behind, clientv3.WithCompactPhysical())
 			switch {
 			case err == nil || errors.Is(err, rpctypes.ErrCompacted):
 				done = behind
