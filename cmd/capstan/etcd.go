@@ -6,17 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 
 	"github.com/capstanhq/capstan/internal/store"
 )
-
-func defaultEtcdDir() string {
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".capstan", "etcd")
-	}
-	return "capstan-etcd"
-}
 
 // runEtcd runs a single etcd member with the settings of the server's
 // embedded one, in a process of its own: the server's memory, collector
@@ -24,7 +16,7 @@ func defaultEtcdDir() string {
 func runEtcd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("capstan etcd", flag.ContinueOnError)
 	var dir, listen, peer, level string
-	fs.StringVar(&dir, "data-dir", defaultEtcdDir(), "directory for the member's data")
+	fs.StringVar(&dir, "data-dir", defaultDir("etcd", "capstan-etcd"), "directory for the member's data")
 	fs.StringVar(&listen, "listen", "127.0.0.1:2379", "IP:PORT servers reach the member on (capstan server --etcd-endpoints http://IP:PORT)")
 	fs.StringVar(&peer, "peer-listen", "127.0.0.1:2380", "IP:PORT of the member's peer URL")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
@@ -34,11 +26,10 @@ func runEtcd(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	log, lvl, err := jsonLogger(level)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	if _, err := store.CheckMemberURL("http://" + listen); err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}

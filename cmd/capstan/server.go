@@ -16,11 +16,21 @@ import (
 	"github.com/capstanhq/capstan/internal/store"
 )
 
-func defaultDataDir() string {
+// defaultDir is ~/.capstan/<name>, or fallback where there is no home.
+func defaultDir(name, fallback string) string {
 	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".capstan", "server")
+		return filepath.Join(home, ".capstan", name)
 	}
-	return "capstan-data"
+	return fallback
+}
+
+// jsonLogger logs JSON to stderr at level (debug, info, warn or error).
+func jsonLogger(level string) (*slog.Logger, slog.Level, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, 0, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), lvl, nil
 }
 
 func runServer(ctx context.Context, args []string) error {
@@ -29,7 +39,7 @@ func runServer(ctx context.Context, args []string) error {
 	var endpoints, level string
 	var perCore int
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HOST:PORT of the ECS API")
-	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory for the embedded etcd and server files")
+	fs.StringVar(&cfg.DataDir, "data-dir", defaultDir("server", "capstan-data"), "directory for the embedded etcd and server files")
 	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated URLs of an external etcd cluster (default: embedded etcd)")
 	fs.IntVar(&cfg.EtcdMaxTxnOps, "etcd-max-txn-ops", store.DefaultMaxTxnOps, "operations the external etcd cluster takes in one transaction (its --max-txn-ops): larger ones place thousands of tasks in fewer commits")
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "/capstan/", "key prefix in etcd")
@@ -56,11 +66,11 @@ func runServer(ctx context.Context, args []string) error {
 	if cfg.EtcdMaxTxnOps < 1 {
 		return fmt.Errorf("--etcd-max-txn-ops must be at least 1 (got %d)", cfg.EtcdMaxTxnOps)
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	log, _, err := jsonLogger(level)
+	if err != nil {
+		return err
 	}
-	cfg.Log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	cfg.Log = log
 	cfg.AdminKeyID = os.Getenv("CAPSTAN_ACCESS_KEY_ID")
 	cfg.AdminSecret = os.Getenv("CAPSTAN_SECRET_ACCESS_KEY")
 
