@@ -40,8 +40,8 @@ type embedded struct {
 
 // startEmbedded starts etcd with its data in dir. Ports are chosen once and
 // kept in dir so that a restarted member finds the peer URL it recorded.
-func startEmbedded(ctx context.Context, dir string) (*embedded, *clientv3.Client, error) {
-	return startMember(ctx, memberOpts{dir: dir})
+func startEmbedded(ctx context.Context, dir string, log *slog.Logger) (*embedded, *clientv3.Client, error) {
+	return startMember(ctx, memberOpts{dir: dir, log: log})
 }
 
 // memberOpts say where a member keeps its data and listens; without URLs
@@ -52,6 +52,7 @@ type memberOpts struct {
 	// etcdLog takes etcd's own log (nil: none, as when embedded: the
 	// server reports what matters through its store).
 	etcdLog *zap.Logger
+	log     *slog.Logger
 }
 
 func startMember(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client, error) {
@@ -73,7 +74,7 @@ func startEmbeddedOnce(ctx context.Context, o memberOpts) (*embedded, *clientv3.
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("etcd data dir: %w", err)
 	}
-	lock, err := lockDir(ctx, dir)
+	lock, err := lockDir(ctx, dir, o.log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -93,13 +94,13 @@ var lockWait = 10 * time.Second
 // lockDir takes the data dir's lock, waiting at most lockWait. etcd waits
 // for ever on its database's lock, so a second server or member started on
 // a data dir in use hung, deaf to signals, instead of saying so.
-func lockDir(ctx context.Context, dir string) (*os.File, error) {
+func lockDir(ctx context.Context, dir string, log *slog.Logger) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("etcd data dir: %w", err)
 	}
 	deadline := time.Now().Add(lockWait)
-	for {
+	for try := 0; ; try++ {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
 			return f, nil
@@ -111,6 +112,9 @@ func lockDir(ctx context.Context, dir string) (*os.File, error) {
 		if time.Now().After(deadline) {
 			f.Close()
 			return nil, fmt.Errorf("etcd data dir %s is in use by another process (a server or capstan etcd on the same data dir)", dir)
+		}
+		if try == 0 {
+			log.Warn("etcd data dir in use; waiting for it", "dir", dir, "for", lockWait)
 		}
 		select {
 		case <-ctx.Done():
@@ -244,14 +248,12 @@ func StartMember(ctx context.Context, cfg MemberConfig) (*Member, error) {
 			return nil, err
 		}
 	}
+	o.log = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	e, c, err := startMember(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{e: e, client: c, log: cfg.Logger, etcdLevel: etcdLevel, done: make(chan struct{})}
-	if m.log == nil {
-		m.log = slog.New(slog.DiscardHandler)
-	}
+	m := &Member{e: e, client: c, log: o.log, etcdLevel: etcdLevel, done: make(chan struct{})}
 	m.defrags.minBytes = cmp.Or(cfg.DefragMinBytes, DefragMinBytes)
 	run, stop := context.WithCancel(context.Background())
 	m.stop = stop

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"log/slog"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,14 +168,14 @@ func TestMemberRefusesBadURLs(t *testing.T) {
 	}
 }
 
+// freeLocal is a free address on 127.0.0.1 (freePort, etcd.go).
 func freeLocal(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return "127.0.0.1:" + strconv.Itoa(p)
 }
 
 // A data dir serves one member at a time; a second is refused at once,
@@ -200,10 +202,40 @@ func TestDataDirInUseIsRefused(t *testing.T) {
 	}
 	// A member that lets go within the wait is waited for, as in a restart.
 	lockWait = 30 * time.Second
-	go func() { time.Sleep(time.Second); m.Close() }()
-	s, err := Open(ctx, Config{DataDir: dir})
-	if err != nil {
+	var logs lockedBuffer
+	opened := make(chan error, 1)
+	go func() {
+		s, err := Open(ctx, Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err == nil {
+			s.Close()
+		}
+		opened <- err
+	}()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), "in use; waiting"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no word of waiting for the data dir in 20 s: %q", logs.String())
+		}
+	}
+	m.Close()
+	if err := <-opened; err != nil {
 		t.Fatalf("the data dir once its member stopped: %v", err)
 	}
-	s.Close()
+}
+
+// lockedBuffer collects a logger's output while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

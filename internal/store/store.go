@@ -85,7 +85,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if cfg.DataDir == "" {
 			return nil, errors.New("store: a data dir or etcd endpoints are required")
 		}
-		e, c, err := startEmbedded(ctx, cfg.DataDir)
+		e, c, err := startEmbedded(ctx, cfg.DataDir, s.log)
 		if err != nil {
 			return nil, err
 		}
