@@ -22,16 +22,8 @@ type etcdProcess struct {
 func startCapstanEtcd(t *testing.T, dir, listen, peer string) *etcdProcess {
 	t.Helper()
 	cmd := exec.Command(capstanBinary(t), "etcd", "--data-dir", dir, "--listen", listen, "--peer-listen", peer)
-	p := &etcdProcess{cmd: cmd, log: &syncBuffer{}, done: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.done
-	})
+	p := &etcdProcess{cmd: cmd}
+	p.log, p.done = runProcess(t, cmd)
 	deadline := time.Now().Add(60 * time.Second)
 	for !strings.Contains(p.log.String(), "capstan etcd ready") {
 		select {

@@ -80,6 +80,23 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// runProcess starts cmd with its output kept; done gets its exit once, and
+// the test's cleanup kills it (a test that takes the exit puts it back).
+func runProcess(t *testing.T, cmd *exec.Cmd) (*syncBuffer, chan error) {
+	t.Helper()
+	log, done := &syncBuffer{}, make(chan error, 1)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+	})
+	return log, done
+}
+
 // serverProcess is `capstan server` started the way users start it.
 type serverProcess struct {
 	cmd  *exec.Cmd
@@ -97,16 +114,8 @@ func startServerProcess(t *testing.T, addr string, args ...string) *serverProces
 	t.Helper()
 	cmd := exec.Command(capstanBinary(t), append([]string{"server", "--listen", addr, "--account-id", "123456789012"}, args...)...)
 	cmd.Env = append(os.Environ(), "CAPSTAN_ACCESS_KEY_ID="+testKey, "CAPSTAN_SECRET_ACCESS_KEY="+testSecret)
-	p := &serverProcess{cmd: cmd, addr: addr, log: &syncBuffer{}, done: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.done
-	})
+	p := &serverProcess{cmd: cmd, addr: addr}
+	p.log, p.done = runProcess(t, cmd)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addr + "/healthz")
