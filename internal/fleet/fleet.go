@@ -9,7 +9,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/codec"
-	"github.com/capstanhq/capstan/internal/controller/services"
+	"github.com/capstanhq/capstan/internal/servicedeploy"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -742,12 +742,12 @@ func (c *fleetCluster) daemonOnCounted(fi *fleetInstance, daemon string) (rev st
 // are appended to buf, which the caller may reuse between passes, in no
 // particular order: planning orders what it needs (sorting thousands of
 // tasks by ID on every pass was a third of building the list).
-func (s *State) PlanTasks(ctx context.Context, cluster, group string, buf []services.Task) ([]services.Task, error) {
+func (s *State) PlanTasks(ctx context.Context, cluster, group string, buf []servicedeploy.Task) ([]servicedeploy.Task, error) {
 	return s.GroupTasks(ctx, cluster, group, buf)
 }
 
 // groupTasks are a group's tasks, appended to buf.
-func (s *State) GroupTasks(ctx context.Context, cluster, group string, buf []services.Task) ([]services.Task, error) {
+func (s *State) GroupTasks(ctx context.Context, cluster, group string, buf []servicedeploy.Task) ([]servicedeploy.Task, error) {
 	v, err := s.fleetView(ctx)
 	if err != nil {
 		return nil, err
@@ -757,11 +757,11 @@ func (s *State) GroupTasks(ctx context.Context, cluster, group string, buf []ser
 	g := c.groups[group]
 	out := slices.Grow(buf[:0], len(g))
 	for id, t := range g {
-		pt := services.Task{ID: id, Deployment: t.StartedBy, LastStatus: t.Last, Desired: t.DesiredStatus, Health: t.health,
+		pt := servicedeploy.Task{ID: id, Deployment: t.StartedBy, LastStatus: t.Last, Desired: t.DesiredStatus, Health: t.health,
 			StopCode: t.stopCode, CreatedAt: t.createdAt, StartedAt: t.startedAt, StoppedAt: t.stoppedAt}
 		if t.instance == "" {
 			if t.cp != "" {
-				pt.Instance = services.WaitingForCapacity
+				pt.Instance = servicedeploy.WaitingForCapacity
 			}
 		} else if fi := t.inst; fi != nil && fi.rec && fi.status != "INACTIVE" {
 			pt.Instance, pt.InstanceID, pt.InstanceSince = fi.status, fi.id, fi.registeredAt

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
-	"github.com/capstanhq/capstan/internal/controller/services"
+	"github.com/capstanhq/capstan/internal/servicedeploy"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -166,7 +166,7 @@ func TestFleetReadsItsWrites(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("PlanTasks = %+v, %v", got, err)
 	}
-	want := services.Task{ID: "t1", Deployment: "d1", LastStatus: "PENDING", Desired: "RUNNING", Instance: "ACTIVE", InstanceID: "i1", InstanceSince: registered}
+	want := servicedeploy.Task{ID: "t1", Deployment: "d1", LastStatus: "PENDING", Desired: "RUNNING", Instance: "ACTIVE", InstanceID: "i1", InstanceSince: registered}
 	if got[0] != want {
 		t.Fatalf("PlanTasks = %+v, want %+v", got[0], want)
 	}

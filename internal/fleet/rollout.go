@@ -11,13 +11,13 @@ import (
 	"strings"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
-	"github.com/capstanhq/capstan/internal/controller/deployments"
+	"github.com/capstanhq/capstan/internal/rollout"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
 // Rollout is the fleet a daemon rollout works on; it implements
-// deployments.Fleet over the service's records.
-func (s *State) Rollout() deployments.Fleet { return rolloutFleet{s} }
+// rollout.Fleet over the service's records.
+func (s *State) Rollout() rollout.Fleet { return rolloutFleet{s} }
 
 type rolloutFleet struct{ s *State }
 
@@ -32,7 +32,7 @@ func (s *State) Managed(ctx context.Context, ci store.ContainerInstance) bool {
 	return v.f.managed[ci.AccessKeyID]
 }
 
-func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment) ([]deployments.Instance, error) {
+func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment) ([]rollout.Instance, error) {
 	s := f.s
 	v, err := s.fleetView(ctx)
 	if err != nil {
@@ -50,13 +50,13 @@ func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment)
 			n += st.instances
 		}
 	}
-	out := make([]deployments.Instance, 0, n)
+	out := make([]rollout.Instance, 0, n)
 	for _, fi := range c.instances {
 		cp := cps[fi.cp]
 		if !fi.rec || fi.status == "INACTIVE" || cp == "" {
 			continue
 		}
-		in := deployments.Instance{ID: fi.id, Arn: fi.arn, CapacityProvider: cp, Status: fi.status,
+		in := rollout.Instance{ID: fi.id, Arn: fi.arn, CapacityProvider: cp, Status: fi.status,
 			RegisteredAt: fi.registeredAt, Managed: v.f.managed[fi.accessKeyID], Connected: fi.connected}
 		in.Revision, in.Running = c.daemonOnCounted(fi, dep.Daemon)
 		out = append(out, in)
@@ -75,7 +75,7 @@ func (f rolloutFleet) Instances(ctx context.Context, dep store.DaemonDeployment)
 // the permutation's cycles. Sorting the instances themselves took 3.6-4.1
 // ms at 10,000 against 1.6-1.7 ms so (BenchmarkSortInstances): most of it
 // was reading IDs scattered over the heap.
-func sortByID(in []deployments.Instance) {
+func sortByID(in []rollout.Instance) {
 	type key struct {
 		prefix uint64
 		i      int32 // where the instance is; -1 once it is in place
@@ -133,7 +133,7 @@ func (f rolloutFleet) ReplacementStates(ctx context.Context, cluster string, ids
 	for i, m := range ms {
 		switch ci := regs[i]; {
 		case ci.ID == "":
-			out[m.ID] = deployments.ReplacementLaunching
+			out[m.ID] = rollout.ReplacementLaunching
 		case ci.Status != "INACTIVE":
 			out[m.ID] = ci.Status
 		}
@@ -141,7 +141,7 @@ func (f rolloutFleet) ReplacementStates(ctx context.Context, cluster string, ids
 	return out, nil
 }
 
-func (f rolloutFleet) Replace(ctx context.Context, tx *store.Txn, dep store.DaemonDeployment, st deployments.Start) (store.Replacement, error) {
+func (f rolloutFleet) Replace(ctx context.Context, tx *store.Txn, dep store.DaemonDeployment, st rollout.Start) (store.Replacement, error) {
 	s := f.s
 	it, err := store.Get[store.ContainerInstance](ctx, s.Store, store.ContainerInstanceKey(dep.Cluster, st.Instance.ID))
 	if err != nil {
@@ -231,7 +231,7 @@ func (s *State) CountDaemonFailure(ctx context.Context, cluster, daemon, revisio
 			return err
 		}
 		dep := it.Value
-		target, _ := deployments.Target(dep)
+		target, _ := rollout.Target(dep)
 		switch {
 		case target != revisionArn || revisionArn == "":
 			return nil

@@ -8,16 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capstanhq/capstan/internal/controller/deployments"
+	"github.com/capstanhq/capstan/internal/rollout"
 )
 
-func someInstances(n int) []deployments.Instance {
-	out := make([]deployments.Instance, n)
+func someInstances(n int) []rollout.Instance {
+	out := make([]rollout.Instance, n)
 	for i := range out {
 		b := make([]byte, 16)
 		rand.Read(b)
 		id := hex.EncodeToString(b)
-		out[i] = deployments.Instance{ID: id, Arn: "arn:aws:ecs:us-east-1:123456789012:container-instance/c/" + id,
+		out[i] = rollout.Instance{ID: id, Arn: "arn:aws:ecs:us-east-1:123456789012:container-instance/c/" + id,
 			CapacityProvider: "arn:aws:ecs:us-east-1:123456789012:capacity-provider/cp", Status: "ACTIVE",
 			RegisteredAt: time.Unix(int64(i), 0), Managed: i%2 == 0, Connected: true, Revision: "rev", Running: i%3 == 0}
 	}
@@ -31,7 +31,7 @@ func TestSortByID(t *testing.T) {
 		in[i*100].ID = id
 	}
 	want := slices.Clone(in)
-	slices.SortFunc(want, func(a, b deployments.Instance) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(want, func(a, b rollout.Instance) int { return strings.Compare(a.ID, b.ID) })
 	sortByID(in)
 	if !slices.Equal(in, want) {
 		t.Fatal("not the instances in ID order")
@@ -51,7 +51,7 @@ func BenchmarkSortInstances(b *testing.B) {
 	b.Run("in-place", func(b *testing.B) {
 		for b.Loop() {
 			s := slices.Clone(in)
-			slices.SortFunc(s, func(a, b deployments.Instance) int { return strings.Compare(a.ID, b.ID) })
+			slices.SortFunc(s, func(a, b rollout.Instance) int { return strings.Compare(a.ID, b.ID) })
 		}
 	})
 	b.Run("by-prefix", func(b *testing.B) {

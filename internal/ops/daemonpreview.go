@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
-	"github.com/capstanhq/capstan/internal/controller/deployments"
 	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/fleet"
+	"github.com/capstanhq/capstan/internal/rollout"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -130,7 +130,7 @@ func (s *Service) PreviewDaemonUpdate(ctx context.Context, req *shapes.UpdateDae
 	insts = slices.DeleteFunc(insts, func(in PlannedInstance) bool { return in.Status == "DRAINING" || in.Status == "DEREGISTERING" })
 	out.InstancesToReplace = len(insts)
 	out.DrainPercent = *next.DeploymentConfiguration.DrainPercent
-	out.BatchSize = deployments.BatchSize(len(insts), out.DrainPercent)
+	out.BatchSize = rollout.BatchSize(len(insts), out.DrainPercent)
 	out.Batches = planBatches(insts, out.BatchSize)
 	return out, nil
 }

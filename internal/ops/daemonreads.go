@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
-	"github.com/capstanhq/capstan/internal/controller/deployments"
 	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/fleet"
+	"github.com/capstanhq/capstan/internal/rollout"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -77,7 +77,7 @@ func (s *Service) currentRevisions(ctx context.Context, d store.Daemon) ([]store
 	dep = it.Value
 	var arns []string
 	switch {
-	case deployments.InFlight(dep.Status):
+	case rollout.InFlight(dep.Status):
 		if dep.TargetRevisionArn != "" {
 			arns = append(arns, dep.TargetRevisionArn)
 		}
@@ -233,7 +233,7 @@ func (s *Service) DescribeDaemonDeployments(ctx context.Context, req *shapes.Des
 			return nil, fleet.StoreErr(err)
 		}
 		view := dep.DaemonDeployment
-		if deployments.InFlight(dep.Status) {
+		if rollout.InFlight(dep.Status) {
 			if err := s.LiveDeploymentCounts(ctx, dep, &view); err != nil {
 				return nil, fleet.StoreErr(err)
 			}

@@ -10,10 +10,10 @@ import (
 
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/api/shapes"
-	"github.com/capstanhq/capstan/internal/controller/deployments"
 	"github.com/capstanhq/capstan/internal/events"
 	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/fleet"
+	"github.com/capstanhq/capstan/internal/rollout"
 	"github.com/capstanhq/capstan/internal/store"
 	"github.com/capstanhq/capstan/internal/taskdef"
 )
@@ -276,7 +276,7 @@ func (s *Service) newDeployment(id string, d *store.Daemon, target *store.Daemon
 		}
 	}
 	dep.CapacityProviderArns = cps
-	dep.CircuitBreaker = &shapes.DaemonCircuitBreaker{FailureCount: ptr(int32(0)), Status: "MONITORING", Threshold: ptr(int32(deployments.BreakerThreshold(0)))}
+	dep.CircuitBreaker = &shapes.DaemonCircuitBreaker{FailureCount: ptr(int32(0)), Status: "MONITORING", Threshold: ptr(int32(rollout.BreakerThreshold(0)))}
 	dep.Alarms = &shapes.DaemonDeploymentAlarms{Status: "DISABLED", AlarmNames: []string{}, TriggeredAlarmNames: []string{}}
 	if a := dc.Alarms; a != nil && a.Enable != nil && *a.Enable {
 		dep.Alarms.Status = "MONITORING"
@@ -329,7 +329,7 @@ func (s *Service) supersede(ctx context.Context, tx *store.Txn, d store.Daemon, 
 	now := shapes.At(s.Now())
 	for _, it := range deps {
 		dep := it.Value
-		if !deployments.InFlight(dep.Status) || dep.CreatedAt.Before(d.CreatedAt) {
+		if !rollout.InFlight(dep.Status) || dep.CreatedAt.Before(d.CreatedAt) {
 			continue
 		}
 		for _, a := range dep.SourceRevisionArns {

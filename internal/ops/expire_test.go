@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
-	"github.com/capstanhq/capstan/internal/controller/services"
 	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/servicedeploy"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -71,7 +71,7 @@ func TestExpireStoppedTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(planned) != 4 || slices.ContainsFunc(planned, func(p services.Task) bool { return p.ID == ids["old"] }) {
+	if len(planned) != 4 || slices.ContainsFunc(planned, func(p servicedeploy.Task) bool { return p.ID == ids["old"] }) {
 		t.Fatalf("the service's tasks: %+v, want the four left", planned)
 	}
 

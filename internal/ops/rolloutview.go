@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
-	"github.com/capstanhq/capstan/internal/controller/deployments"
 	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/fleet"
+	"github.com/capstanhq/capstan/internal/rollout"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -96,10 +96,10 @@ func (s *Service) DescribeDaemonRollout(ctx context.Context, req *DescribeDaemon
 		out.Alarms.AlarmNames = append(out.Alarms.AlarmNames, a.AlarmNames...)
 		out.Alarms.TriggeredAlarmNames = append(out.Alarms.TriggeredAlarmNames, a.TriggeredAlarmNames...)
 	}
-	if st := ro.Stalled; st != nil && deployments.InFlight(dep.Status) {
+	if st := ro.Stalled; st != nil && rollout.InFlight(dep.Status) {
 		out.Stalled = &RolloutStall{Kind: st.Kind, Message: st.Message, Since: shapes.At(st.Since)}
 	}
-	if !deployments.InFlight(dep.Status) {
+	if !rollout.InFlight(dep.Status) {
 		// As it ended: the counts the deployment kept.
 		if t := dep.TargetDaemonRevision; t != nil {
 			for _, cp := range t.CapacityProviders {
@@ -124,7 +124,7 @@ func (s *Service) DescribeDaemonRollout(ctx context.Context, req *DescribeDaemon
 			continue
 		}
 		c.Instances++
-		on := deployments.Ready(dep, in)
+		on := rollout.Ready(dep, in)
 		switch {
 		case in.Status == "DRAINING" || in.Status == "DEREGISTERING":
 			c.Draining++
@@ -144,7 +144,7 @@ func (s *Service) DescribeDaemonRollout(ctx context.Context, req *DescribeDaemon
 	}
 	if states, err := s.Rollout().ReplacementStates(ctx, dep.Cluster, ids); err == nil {
 		for _, e := range ro.Replacing {
-			if states[e.ManagedInstance] == deployments.ReplacementLaunching {
+			if states[e.ManagedInstance] == rollout.ReplacementLaunching {
 				if old, ok := byCP[s.ARNs.CapacityProvider(cpOfInstance(insts, e.Instance))]; ok {
 					old.Launching++
 				}
@@ -157,7 +157,7 @@ func (s *Service) DescribeDaemonRollout(ctx context.Context, req *DescribeDaemon
 	return out, nil
 }
 
-func cpOfInstance(insts []deployments.Instance, id string) string {
+func cpOfInstance(insts []rollout.Instance, id string) string {
 	for _, in := range insts {
 		if in.ID == id {
 			return fleet.LastPart(in.CapacityProvider)

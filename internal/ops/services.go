@@ -9,9 +9,9 @@ import (
 
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/api/shapes"
-	"github.com/capstanhq/capstan/internal/controller/services"
 	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/fleet"
+	"github.com/capstanhq/capstan/internal/servicedeploy"
 	"github.com/capstanhq/capstan/internal/store"
 	"github.com/capstanhq/capstan/internal/taskdef"
 )
@@ -646,8 +646,8 @@ func (s *Service) serviceEvents(ctx context.Context, svc store.Service) ([]shape
 
 // tasksByGroup lists a cluster's tasks of the given groups by group, from
 // the fleet view.
-func (s *Service) tasksByGroup(ctx context.Context, cluster string, groups ...string) (map[string][]services.Task, error) {
-	m := map[string][]services.Task{}
+func (s *Service) tasksByGroup(ctx context.Context, cluster string, groups ...string) (map[string][]servicedeploy.Task, error) {
+	m := map[string][]servicedeploy.Task{}
 	for _, g := range groups {
 		ts, err := s.GroupTasks(ctx, cluster, g, nil)
 		if err != nil {
@@ -661,7 +661,7 @@ func (s *Service) tasksByGroup(ctx context.Context, cluster string, groups ...st
 // serviceView is the API view of a service, with counts derived from its
 // tasks: RUNNING ones are running, wanted ones not yet RUNNING are pending.
 // An ACTIVE (older) deployment wants the tasks it still has.
-func (s *Service) serviceView(svc store.Service, tasks []services.Task, events []shapes.ServiceEvent, tags bool) shapes.Service {
+func (s *Service) serviceView(svc store.Service, tasks []servicedeploy.Task, events []shapes.ServiceEvent, tags bool) shapes.Service {
 	v := svc.Service
 	type counts struct{ running, pending, live, failed int32 }
 	per := map[string]*counts{}
@@ -724,6 +724,6 @@ func (s *Service) serviceView(svc store.Service, tasks []services.Task, events [
 }
 
 // failedLaunch reports a task that stopped on its own before it ran.
-func failedLaunch(t services.Task) bool {
+func failedLaunch(t servicedeploy.Task) bool {
 	return t.StopCode == "TaskFailedToStart" || t.StopCode == "EssentialContainerExited" && t.StartedAt.IsZero()
 }

@@ -1,4 +1,4 @@
-package services
+package servicedeploy
 
 import (
 	"slices"
@@ -285,14 +285,14 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // Launch throttling: a task that stops on its own (it failed to start, or
-// an essential container exited) before it has run for quickExit is a
+// an essential container exited) before it has run for QuickExit is a
 // failed launch. After throttleAfter failed launches in a row, launches
 // wait throttleBase, doubling with every further failure up to throttleMax,
 // counted from the last failure, and go one at a time. A task that has run
-// for quickExit ends the run. Only the primary deployment's tasks count, so
+// for QuickExit ends the run. Only the primary deployment's tasks count, so
 // deploying a fix starts afresh.
 const (
-	quickExit     = 30 * time.Second
+	QuickExit     = 30 * time.Second
 	throttleAfter = 3
 	throttleBase  = 10 * time.Second
 	throttleMax   = 15 * time.Minute
@@ -317,13 +317,13 @@ func Throttle(deployment string, tasks []Task, now time.Time) (failures int, unt
 	for _, t := range mine {
 		started := !t.StartedAt.IsZero()
 		if t.LastStatus != "STOPPED" {
-			if started && now.Sub(t.StartedAt) >= quickExit {
+			if started && now.Sub(t.StartedAt) >= QuickExit {
 				break
 			}
 			continue // too early to tell
 		}
 		ownStop := t.StopCode == "TaskFailedToStart" || t.StopCode == "EssentialContainerExited"
-		ranLong := started && t.StoppedAt.Sub(t.StartedAt) >= quickExit
+		ranLong := started && t.StoppedAt.Sub(t.StartedAt) >= QuickExit
 		switch {
 		case ownStop && !ranLong:
 			failures++
@@ -347,3 +347,7 @@ func wait(failures int, last time.Time) time.Time {
 	}
 	return last.Add(d)
 }
+
+// WaitingForCapacity stands for the instance of a task that waits for a
+// managed instance to be provisioned: it is pending, not orphaned.
+const WaitingForCapacity = "PROVISIONING"

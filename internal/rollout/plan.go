@@ -1,7 +1,9 @@
-package deployments
+package rollout
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -193,7 +195,7 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 			d.Dep.CircuitBreaker.Threshold = ptr(int32(BreakerThreshold(n)))
 		}
 		ro.FiringAtStart = nil
-		for _, name := range alarmNames(dep) {
+		for _, name := range AlarmNames(dep) {
 			if w.Firing[name] {
 				ro.FiringAtStart = append(ro.FiringAtStart, name)
 			}
@@ -300,7 +302,7 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 		}
 		var triggered []string
 		var still []string
-		for _, name := range alarmNames(dep) {
+		for _, name := range AlarmNames(dep) {
 			switch {
 			case w.Firing[name] && slices.Contains(ro.FiringAtStart, name):
 				still = append(still, name)
@@ -467,7 +469,7 @@ func bakeTime(dep store.DaemonDeployment) time.Duration {
 	return 0
 }
 
-func alarmNames(dep store.DaemonDeployment) []string {
+func AlarmNames(dep store.DaemonDeployment) []string {
 	if dep.Alarms == nil || dep.Alarms.Status == "DISABLED" {
 		return nil
 	}
@@ -481,12 +483,12 @@ func stall(dep store.DaemonDeployment, w World, byID map[string]Instance, ready 
 	ro := dep.Rollout
 	if len(ro.StopReasons) > 0 && (dep.Status != "IN_PROGRESS" || failures(dep) > 0) {
 		return store.Stall{Kind: store.StallRevisionFailing, Message: fmt.Sprintf("daemon tasks of revision %s fail to start (%d failures): %s",
-			lastSegment(firstNonEmpty(dep.TargetRevisionArn, "none")), failures(dep)+ro.RollbackFailures, ro.StopReasons[len(ro.StopReasons)-1])}
+			LastSegment(firstNonEmpty(dep.TargetRevisionArn, "none")), failures(dep)+ro.RollbackFailures, ro.StopReasons[len(ro.StopReasons)-1])}
 	}
 	var lost []string
 	for _, in := range w.Instances {
 		if !in.Connected {
-			lost = append(lost, lastSegment(in.Arn))
+			lost = append(lost, LastSegment(in.Arn))
 		}
 	}
 	if len(lost) > 0 {
@@ -504,12 +506,12 @@ func stall(dep store.DaemonDeployment, w World, byID map[string]Instance, ready 
 			return store.Stall{Kind: store.StallRevisionFailing, Message: "replacement instance " + e.ManagedInstance + " is waiting for its critical daemons to run"}
 		}
 		if in, ok := byID[e.Instance]; ok {
-			return store.Stall{Kind: store.StallInstancesUnhealthy, Message: "draining instance " + lastSegment(in.Arn) + " still runs tasks that have not moved"}
+			return store.Stall{Kind: store.StallInstancesUnhealthy, Message: "draining instance " + LastSegment(in.Arn) + " still runs tasks that have not moved"}
 		}
 	}
 	for _, in := range w.Instances {
 		if !leaving(in.Status) && !ready(in) && in.Revision != "" {
-			return store.Stall{Kind: store.StallRevisionFailing, Message: "the daemon is not running on instance " + lastSegment(in.Arn)}
+			return store.Stall{Kind: store.StallRevisionFailing, Message: "the daemon is not running on instance " + LastSegment(in.Arn)}
 		}
 	}
 	return store.Stall{Kind: store.StallInstancesUnhealthy, Message: "instances are not reaching the target revision"}
@@ -522,11 +524,61 @@ func failures(dep store.DaemonDeployment) int {
 	return 0
 }
 
-func lastSegment(arn string) string { return arn[strings.LastIndex(arn, "/")+1:] }
+func LastSegment(arn string) string { return arn[strings.LastIndex(arn, "/")+1:] }
 
 func firstNonEmpty(a, b string) string {
 	if a != "" {
 		return a
 	}
 	return b
+}
+
+// Fleet is what the rollout reads and changes outside its own record.
+type Fleet interface {
+	// Instances lists the container instances of the deployment's
+	// capacity providers that are not INACTIVE.
+	Instances(ctx context.Context, dep store.DaemonDeployment) ([]Instance, error)
+	// ReplacementStates reports the state of managed instances by ID.
+	ReplacementStates(ctx context.Context, cluster string, ids []string) (map[string]string, error)
+	// Replace adds to tx what begins replacing one instance: a drain and
+	// a replacement launch request, or an in-place retarget.
+	Replace(ctx context.Context, tx *store.Txn, dep store.DaemonDeployment, s Start) (store.Replacement, error)
+	// Snapshot fills a finishing deployment's instance counts, which stay
+	// as they were when it ended.
+	Snapshot(ctx context.Context, dep *store.DaemonDeployment) error
+}
+
+func complete(dep *store.DaemonDeployment) {
+	if dep.CircuitBreaker != nil && dep.CircuitBreaker.Status == "MONITORING" {
+		dep.CircuitBreaker.Status = "MONITORING_COMPLETE"
+	}
+	if dep.Alarms != nil && dep.Alarms.Status == "MONITORING" {
+		dep.Alarms.Status = "MONITORING_COMPLETE"
+	}
+}
+
+// BreakerThreshold is the circuit-breaker threshold for a rollout over n
+// instances: half of them, at least 3 and at most 200 (the ECS service
+// breaker's formula; ECS documents none for daemons).
+func BreakerThreshold(n int) int { return min(max((n+1)/2, 3), 200) }
+
+// InFlight reports whether a deployment in this status can still change.
+func InFlight(status string) bool {
+	switch status {
+	case "PENDING", "IN_PROGRESS", "STOP_REQUESTED", "ROLLBACK_IN_PROGRESS":
+		return true
+	}
+	return false
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// BatchSize is how many of n instances a batch replaces: drainPercent of
+// them rounded up, at least 1 (and 1 for a drainPercent of 0).
+func BatchSize(n int, drainPercent float64) int {
+	if n <= 0 {
+		return 1
+	}
+	b := int(math.Ceil(float64(n) * drainPercent / 100))
+	return min(max(b, 1), n)
 }
