@@ -6,7 +6,7 @@
 // what). It also counts, once a millisecond, the goroutines waiting for a
 // core and what they last blocked on: the queue a request joins.
 //
-//	go run ./bench/tracewait trace.out
+//	go run ./bench/tracewait [-busiest] trace.out
 package main
 
 import (

@@ -1,6 +1,12 @@
 // Command capstan-agent is the instance agent alone: the same agent as
 // `capstan agent`, in a binary without the server and client, so that it
 // keeps less memory resident on every instance.
+//
+//	go run ./cmd/capstan-agent [--endpoint URL] [--cluster NAME] [--data-dir DIR] [--config FILE]
+//
+// Settings come from the flags, then the environment (CAPSTAN_ENDPOINT,
+// ECS_CLUSTER, ECS_DATADIR, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...),
+// then the env file: --config, else /etc/capstan/agent.env if it exists.
 package main
 
 import (

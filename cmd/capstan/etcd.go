@@ -12,7 +12,7 @@ import (
 
 // runEtcd runs a single etcd member with the settings of the server's
 // embedded one, in a process of its own: the server's memory, collector
-// and cores are then its own (docs/performance.md, "Twenty-eighth round").
+// and cores are then its own (docs/performance-history.md, "Twenty-eighth round").
 func runEtcd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("capstan etcd", flag.ContinueOnError)
 	var dir, listen, peer, level string

@@ -1,4 +1,17 @@
-// Command capstan is the Capstan control plane, instance agent and client.
+// Command capstan is the Capstan control plane, instance agent and client,
+// in one binary whose first argument picks the role. From the source tree:
+//
+//	go run ./cmd/capstan dev [--fresh] [--data-dir DIR] [--listen 127.0.0.1:8080]
+//	go run ./cmd/capstan server [--data-dir DIR] [--listen 127.0.0.1:8080] [--etcd-endpoints URL,...]
+//	go run ./cmd/capstan agent [--endpoint URL] [--cluster NAME] [--config FILE]
+//	go run ./cmd/capstan etcd [--data-dir DIR] [--listen 127.0.0.1:2379]
+//	go run ./cmd/capstan cluster list [--endpoint http://127.0.0.1:8080]
+//
+// dev runs all of it on this machine with a sample daemon and service. The
+// server prints the administrator credential it creates on its first start;
+// an agent takes its own from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY
+// (`capstan agent-credential create` mints one). `capstan -h` lists every
+// command; `capstan server -h` or `capstan <noun> -h` shows one's flags.
 package main
 
 import (

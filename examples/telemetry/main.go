@@ -2,6 +2,10 @@
 // instance: applications POST events to /ingest, and /metrics shows what
 // arrived, per source, in the Prometheus text format.
 //
+//	TELEMETRY_ADDR=:8125 go run ./examples/telemetry
+//
+// It listens on TELEMETRY_ADDR (default :8125).
+//
 // An /ingest body holds one event per line, either a JSON object
 // ({"source": "web", "name": "http_requests", "value": 1}) or a plain
 // counter ("http_requests:1|c", "http_requests 1", or just "http_requests").

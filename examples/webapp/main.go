@@ -8,6 +8,10 @@
 // the name instances give their daemons; where that name does not resolve,
 // the app tries the bridge gateway instead, which is where a daemon on the
 // host's network is found.
+//
+//	TELEMETRY_URL=http://127.0.0.1:8125 go run ./examples/webapp
+//
+// It listens on :8080.
 package main
 
 import (

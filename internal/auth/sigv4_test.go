@@ -1,16 +1,24 @@
 package auth
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
 
 // The verified vector from the ECS daemons spec (§5.5).
@@ -168,37 +176,120 @@ func wantError(t *testing.T, err error, code, msg string) {
 	}
 }
 
-// testSign signs r with this package's own key derivation; used only where
-// no external signer can produce the request shape (Date header fallback).
-func testSign(r *http.Request, body []byte, amzDate string, signed []string) {
-	c := &claim{date: amzDate[:8], region: "us-east-1", service: "ecs", terminator: scopeTerminator, amzDate: amzDate}
-	payload, _ := payloadHash(r, body, false)
-	sig := signature(vecSecret, c, canonicalRequest(r, signed, payload, false))
-	r.Header.Set("Authorization", fmt.Sprintf("%s Credential=%s/%s, SignedHeaders=%s, Signature=%s",
-		algorithm, vecAKID, c.scope(), strings.Join(signed, ";"), sig))
+// sdkSign signs r as the AWS SDK for Go does, at vecTime; payload is the
+// hash the SDK puts in the canonical request.
+func sdkSign(t testing.TB, r *http.Request, cred Credential, region, payload string) {
+	t.Helper()
+	creds := aws.Credentials{AccessKeyID: cred.AccessKeyID, SecretAccessKey: cred.SecretAccessKey}
+	if err := v4.NewSigner().SignHTTP(context.Background(), creds, r, payload, "ecs", region, vecTime); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// onTheWire sends r through HTTP/1.1 framing in memory and returns the
+// request a server reads, with its body: Host moved out of the headers,
+// header names canonicalised, the path and query as sent.
+func onTheWire(t testing.TB, r *http.Request) (*http.Request, []byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := r.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	sr, err := http.ReadRequest(bufio.NewReader(&buf))
+	if err != nil {
+		t.Fatalf("read back %q: %v", buf.String(), err)
+	}
+	body, err := io.ReadAll(sr.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sr, body
+}
+
+// refSign is a plain SigV4 signer written from the published algorithm,
+// not from this package, for the one shape no SDK produces: a Date header
+// instead of X-Amz-Date. It takes only "/" without a query.
+// TestRefSignMatchesSDK holds it to the SDK's output.
+func refSign(t testing.TB, r *http.Request, body []byte, cred Credential, region, amzDate string, signed []string) {
+	t.Helper()
+	if r.URL.Path != "/" || r.URL.RawQuery != "" {
+		t.Fatalf("refSign takes POST / only, got %s", r.URL)
+	}
+	var headers string
+	for _, h := range signed {
+		v := r.Header.Get(h)
+		switch h {
+		case "host":
+			v = r.Host
+		case "content-length":
+			v = fmt.Sprint(r.ContentLength)
+		}
+		headers += h + ":" + strings.Join(strings.Fields(v), " ") + "\n"
+	}
+	sum := sha256.Sum256(body)
+	creq := r.Method + "\n/\n\n" + headers + "\n" + strings.Join(signed, ";") + "\n" + hex.EncodeToString(sum[:])
+	creqSum := sha256.Sum256([]byte(creq))
+	scope := amzDate[:8] + "/" + region + "/ecs/aws4_request"
+	mac := func(key []byte, s string) []byte {
+		h := hmac.New(sha256.New, key)
+		h.Write([]byte(s))
+		return h.Sum(nil)
+	}
+	key := mac(mac(mac(mac([]byte("AWS4"+cred.SecretAccessKey), amzDate[:8]), region), "ecs"), "aws4_request")
+	sig := mac(key, "AWS4-HMAC-SHA256\n"+amzDate+"\n"+scope+"\n"+hex.EncodeToString(creqSum[:]))
+	r.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential="+cred.AccessKeyID+"/"+scope+
+		", SignedHeaders="+strings.Join(signed, ";")+", Signature="+hex.EncodeToString(sig))
+}
+
+func TestRefSignMatchesSDK(t *testing.T) {
+	r := vectorRequest(vecBody)
+	r.Header.Del("Authorization")
+	sdkSign(t, r, adminCred, "us-east-1", hashHex([]byte(vecBody)))
+	want := r.Header.Get("Authorization")
+	_, rest, _ := strings.Cut(want, "SignedHeaders=")
+	signed, _, _ := strings.Cut(rest, ",")
+	refSign(t, r, []byte(vecBody), adminCred, "us-east-1", vecDate, strings.Split(signed, ";"))
+	if got := r.Header.Get("Authorization"); got != want {
+		t.Fatalf("reference signer:\n%s\nAWS SDK:\n%s", got, want)
+	}
 }
 
 func TestDateHeaderFallback(t *testing.T) {
 	r := vectorRequest(vecBody)
 	r.Header.Del("X-Amz-Date")
 	r.Header.Set("Date", vecTime.Format(http.TimeFormat))
-	testSign(r, []byte(vecBody), vecDate, []string{"content-type", "date", "host", "x-amz-target"})
+	refSign(t, r, []byte(vecBody), adminCred, "us-east-1", vecDate, []string{"content-type", "date", "host", "x-amz-target"})
 	if _, err := fixedVerifier(vecTime.Add(time.Minute)).Verify(context.Background(), r, []byte(vecBody)); err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
+	// The date signed is the Date header's: another second is refused.
+	r.Header.Set("Date", vecTime.Add(time.Second).Format(http.TimeFormat))
+	_, err := fixedVerifier(vecTime).Verify(context.Background(), r, []byte(vecBody))
+	wantError(t, err, CodeInvalidSignature, "The request signature we calculated does not match...")
 }
 
+// TestContentSHA256Header: a signed x-amz-content-sha256 (a real hash or
+// UNSIGNED-PAYLOAD) is the payload line the SDK signed with.
 func TestContentSHA256Header(t *testing.T) {
-	for _, value := range []string{"UNSIGNED-PAYLOAD", ""} {
-		r := vectorRequest(vecBody)
-		if value == "" {
-			sum := sha256.Sum256([]byte(vecBody))
-			value = hex.EncodeToString(sum[:])
+	for _, value := range []string{"UNSIGNED-PAYLOAD", hashHex([]byte(vecBody))} {
+		req, err := http.NewRequest(http.MethodPost, "http://localhost:8080/", strings.NewReader(vecBody))
+		if err != nil {
+			t.Fatal(err)
 		}
-		r.Header.Set("X-Amz-Content-Sha256", value)
-		testSign(r, []byte(vecBody), vecDate, []string{"content-type", "host", "x-amz-content-sha256", "x-amz-date", "x-amz-target"})
-		if _, err := fixedVerifier(vecTime).Verify(context.Background(), r, []byte(vecBody)); err != nil {
+		req.Header.Set("Content-Type", "application/x-amz-json-1.1")
+		req.Header.Set("X-Amz-Target", vecTarget)
+		req.Header.Set("X-Amz-Content-Sha256", value)
+		sdkSign(t, req, adminCred, "us-east-1", value)
+		if !strings.Contains(req.Header.Get("Authorization"), "x-amz-content-sha256") {
+			t.Fatalf("the SDK did not sign x-amz-content-sha256: %s", req.Header.Get("Authorization"))
+		}
+		r, body := onTheWire(t, req)
+		if _, err := fixedVerifier(vecTime).Verify(context.Background(), r, body); err != nil {
 			t.Fatalf("x-amz-content-sha256 %s: %v", value, err)
+		}
+		if value != "UNSIGNED-PAYLOAD" {
+			_, err = fixedVerifier(vecTime).Verify(context.Background(), r, []byte(strings.Replace(vecBody, "my-daemon", "my-daem0n", 1)))
+			wantError(t, err, CodeInvalidSignature, "The provided 'x-amz-content-sha256' header does not match what was computed.")
 		}
 	}
 }
@@ -267,27 +358,141 @@ func TestVerifierDefaults(t *testing.T) {
 	}
 }
 
+// fuzzCreds are the credentials FuzzVerify signs with; every secret is
+// different (SigV4 does not sign the key ID, so only the secret binds a
+// signature to a key).
+var fuzzCreds = []Credential{
+	adminCred,
+	{AccessKeyID: "AKIDAGENTFUZZ000001", SecretAccessKey: "agent/secret+key", Role: RoleAgent, InstanceID: "i-0abc"},
+	{AccessKeyID: "AKIDADMINFUZZ000002", SecretAccessKey: vecSecret + "2", Role: RoleAdmin},
+	{AccessKeyID: "AKIDAGENTFUZZ000003", SecretAccessKey: "agent/secret+kez", Role: RoleAgent, InstanceID: "i-0abd"},
+}
+
+var fuzzMethods = []string{http.MethodPost, http.MethodGet, http.MethodPut, http.MethodDelete}
+
+// printable keeps the bytes a header value can carry unchanged through
+// HTTP/1.1 (no tabs: the Go SDK keeps them, other signers fold them).
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r > 0x7e {
+			return -1
+		}
+		return r
+	}, s)
+}
+
+// FuzzVerify signs a request built from the input with one of several
+// credentials through the AWS SDK and checks the property a verifier
+// exists for: the request verifies as the key that signed it; claiming
+// any other key, changing anything signed (method, path, query, a signed
+// header, the body, the date, the signature) or garbling the
+// Authorization header is refused with a classified error; an unsigned
+// header added on the way changes nothing.
 func FuzzVerify(f *testing.F) {
-	f.Add(vecAuthz, vecBody)
-	f.Add("", "")
-	f.Add("AWS4-HMAC-SHA256", "{}")
-	f.Add("AWS4-HMAC-SHA256 Credential=a/b/c/d/e, SignedHeaders=host, Signature=00", "{}")
-	f.Add("AWS4-HMAC-SHA256 Credential=////, SignedHeaders=;;, Signature==,,=", "")
-	f.Add("AWS4-HMAC-SHA256 Credential="+vecAKID+"/20260401/us-east-1/ecs/aws4_request,SignedHeaders=HOST;X-AMZ-DATE,Signature=x", "\x00")
-	v := fixedVerifier(vecTime)
-	f.Fuzz(func(t *testing.T, authz, body string) {
-		r := vectorRequest(body)
-		r.Header.Set("Authorization", authz)
-		p, err := v.Verify(context.Background(), r, []byte(body))
-		if err == nil {
-			if p.AccessKeyID != vecAKID {
-				t.Fatalf("accepted with principal %+v", p)
+	f.Add(uint8(0), uint8(0), "", "", vecTarget, vecBody, vecAuthz)
+	f.Add(uint8(1), uint8(1), "agent/a b/c~d", "b=two+words&a=x%2Fy&a=1&e", "", "", "")
+	f.Add(uint8(2), uint8(2), "%2F..//x", "X-Amz-Signature=00&a-b=2&a=", "  a  b ", "\x00\xff", "AWS4-HMAC-SHA256")
+	f.Add(uint8(3), uint8(3), "\u00e9", "=&&=x", "t", "{}", "AWS4-HMAC-SHA256 Credential=a/b/c/d/e, SignedHeaders=host, Signature=00")
+	f.Add(uint8(0), uint8(0), "", "", vecTarget, "", "AWS4-HMAC-SHA256 Credential=////, SignedHeaders=;;, Signature==,,=")
+	v := &Verifier{Lookup: NewStaticLookup(fuzzCreds...), Now: func() time.Time { return vecTime }}
+	var unknown []Credential
+	for _, c := range fuzzCreds {
+		c.SecretAccessKey = NewSecretAccessKey()
+		unknown = append(unknown, c)
+	}
+	blind := &Verifier{Lookup: NewStaticLookup(unknown...), Now: func() time.Time { return vecTime }}
+	f.Fuzz(func(t *testing.T, signer, method uint8, path, query, target, body, authz string) {
+		cred := fuzzCreds[int(signer)%len(fuzzCreds)]
+		region := []string{"us-east-1", "eu-west-1"}[int(signer)%2]
+		u := &url.URL{Scheme: "http", Host: "localhost:8080", Path: "/" + path, RawQuery: query}
+		req, err := http.NewRequest(fuzzMethods[int(method)%len(fuzzMethods)], u.String(), strings.NewReader(body))
+		if err != nil {
+			return // not a URL a client could send
+		}
+		req.Header.Set("Content-Type", "application/x-amz-json-1.1")
+		req.Header.Set("X-Amz-Target", printable(target))
+		sdkSign(t, req, cred, region, hashHex([]byte(body)))
+		signedAuthz := req.Header.Get("Authorization")
+		sig := signedAuthz[strings.LastIndex(signedAuthz, "=")+1:]
+
+		verify := func(mutate func(r *http.Request, body *string)) (Principal, error) {
+			r := req.Clone(context.Background())
+			b := body
+			if mutate != nil {
+				mutate(r, &b)
 			}
+			r.Body, r.ContentLength = io.NopCloser(strings.NewReader(b)), int64(len(b))
+			sr, sbody := onTheWire(t, r)
+			return v.Verify(context.Background(), sr, sbody)
+		}
+		refused := func(what string, mutate func(r *http.Request, body *string)) {
+			t.Helper()
+			p, err := verify(mutate)
+			var ae *Error
+			if err == nil {
+				t.Fatalf("%s: accepted as %+v (signed by %s)", what, p, cred.AccessKeyID)
+			}
+			if !errors.As(err, &ae) || ae.Code != CodeInvalidSignature || ae.Status != http.StatusBadRequest {
+				t.Fatalf("%s: %#v, want %s", what, err, CodeInvalidSignature)
+			}
+		}
+
+		if q := req.URL.Query(); q.Has("X-Amz-Algorithm") || q.Has("X-Amz-Credential") || q.Has("X-Amz-Signature") {
+			refused("presigning parameters next to the header", nil)
 			return
 		}
-		var ae *Error
-		if !errors.As(err, &ae) || ae.Code == "" || ae.Status != http.StatusBadRequest {
-			t.Fatalf("unexpected error %#v", err)
+		want := Principal{AccessKeyID: cred.AccessKeyID, Role: cred.Role, InstanceID: cred.InstanceID, Region: region}
+		if p, err := verify(nil); err != nil || p != want {
+			t.Fatalf("signed by %s: %+v, %v; want %+v\nAuthorization: %s", cred.AccessKeyID, p, err, want, signedAuthz)
+		}
+		if p, err := verify(func(r *http.Request, _ *string) { r.Header.Set("X-Forwarded-For", "10.0.0.1") }); err != nil || p != want {
+			t.Fatalf("an unsigned header added: %+v, %v", p, err)
+		}
+		for _, other := range fuzzCreds {
+			if other.AccessKeyID != cred.AccessKeyID {
+				refused("claimed by "+other.AccessKeyID, func(r *http.Request, _ *string) {
+					r.Header.Set("Authorization", strings.Replace(signedAuthz, "="+cred.AccessKeyID+"/", "="+other.AccessKeyID+"/", 1))
+				})
+			}
+		}
+		refused("method changed", func(r *http.Request, _ *string) {
+			r.Method = fuzzMethods[(int(method)+1)%len(fuzzMethods)]
+		})
+		refused("path changed", func(r *http.Request, _ *string) { r.URL.Path += "x"; r.URL.RawPath = "" })
+		refused("query parameter added", func(r *http.Request, _ *string) { r.URL.RawQuery += "&capstan-added=1" })
+		if req.URL.RawQuery != "" { // the SDK rewrote it to its canonical form
+			refused("query dropped", func(r *http.Request, _ *string) { r.URL.RawQuery = "" })
+		}
+		refused("target changed", func(r *http.Request, _ *string) { r.Header.Set("X-Amz-Target", r.Header.Get("X-Amz-Target")+"x") })
+		refused("content type changed", func(r *http.Request, _ *string) { r.Header.Set("Content-Type", "text/plain") })
+		refused("host changed", func(r *http.Request, _ *string) { r.Host = "localhost:8081" })
+		refused("date changed", func(r *http.Request, _ *string) {
+			r.Header.Set("X-Amz-Date", vecTime.Add(time.Second).Format(amzDateLayout))
+		})
+		refused("signature changed", func(r *http.Request, _ *string) {
+			flip := "0"
+			if sig[len(sig)-1] == '0' {
+				flip = "1"
+			}
+			r.Header.Set("Authorization", signedAuthz[:len(signedAuthz)-1]+flip)
+		})
+		refused("body appended to", func(_ *http.Request, b *string) { *b += "x" })
+		if body != "" {
+			refused("body changed", func(_ *http.Request, b *string) { *b = string((*b)[0]^1) + (*b)[1:] })
+		}
+		// Judged against secrets the input cannot know, every
+		// Authorization header it brings is refused, and classified.
+		p, err := blind.Verify(context.Background(), req, []byte(body))
+		req.Header.Set("Authorization", printable(authz))
+		p2, err2 := blind.Verify(context.Background(), req, []byte(body))
+		for _, e := range []error{err, err2} {
+			var ae *Error
+			if e == nil {
+				t.Fatalf("accepted as %+v / %+v with secrets nobody signed with", p, p2)
+			}
+			if !errors.As(e, &ae) || ae.Code == "" || ae.Status != http.StatusBadRequest {
+				t.Fatalf("Authorization %q: unexpected error %#v", authz, e)
+			}
 		}
 	})
 }

@@ -213,6 +213,9 @@ func TestErrors(t *testing.T) {
 }
 
 func TestConnectionSettings(t *testing.T) {
+	// The AWS SDK also reads the process environment (AWS_PROFILE, keys):
+	// cleared, so that every case below checks what it names.
+	clearAWSEnv(t)
 	h := newHarness(t)
 	key, secret := h.srv.Config.AdminKeyID, h.srv.Config.AdminSecret
 	h.ok("cluster", "create", "c1")
@@ -256,16 +259,23 @@ func TestConnectionSettings(t *testing.T) {
 		t.Fatalf("missing --config file: exit %d %s", r.code, r.stderr)
 	}
 
-	// No credentials anywhere: a clear message, not a request. The SDK also
-	// looks at the process environment, so this holds only on a clean one.
-	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"} {
-		if os.Getenv(k) != "" {
-			t.Logf("not checking the no-credentials message: %s is set", k)
-			return
-		}
-	}
+	// No credentials anywhere: a clear message, not a request.
 	if r := h.runEnv(map[string]string{"CAPSTAN_ENDPOINT": h.srv.URL, "HOME": t.TempDir(), "AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull}, "cluster", "list"); r.code != 1 || !strings.Contains(r.stderr, "no credentials") {
 		t.Fatalf("no credentials: exit %d %s", r.code, r.stderr)
+	}
+}
+
+// clearAWSEnv unsets, for the rest of the test, every AWS_* and CAPSTAN_*
+// variable of the process (the harness's own CAPSTAN_TEST_* knobs stay):
+// the AWS SDK reads credentials from there whatever getenv says.
+func clearAWSEnv(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "AWS_") || strings.HasPrefix(k, "CAPSTAN_") && !strings.HasPrefix(k, "CAPSTAN_TEST_") {
+			t.Setenv(k, "") // restores the value after the test
+			os.Unsetenv(k)
+		}
 	}
 }
 

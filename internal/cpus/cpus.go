@@ -14,7 +14,7 @@ import (
 // the sessions' and controllers' bursts, at a cost in throughput. What is
 // sized or paced by the cores (the gateway's admission, the controllers'
 // rests) uses Cores and PerCore, so extra processors add no work of their
-// own. Measured in docs/performance.md (seventeenth round).
+// own. Measured in docs/performance-history.md (seventeenth round).
 const ProcsPerCore = 1
 
 // startProcs is the processors Go started with: one per core the process

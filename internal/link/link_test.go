@@ -63,18 +63,26 @@ func TestSilenceEndsTheRead(t *testing.T) {
 	}
 }
 
+// The tests of what keeps a link alive space messages a twentieth of the
+// limit apart, for three limits: a scheduling stall would have to last
+// most of a second to make a gap look like silence or idleness.
+const (
+	limit = time.Second
+	gap   = limit / 20
+	busy  = 3 * int(limit/gap)
+)
+
 func TestMessagesKeepTheLinkAlive(t *testing.T) {
-	const silence = 300 * time.Millisecond
-	l, _ := pair(t, silence, time.Hour, time.Second, func(ctx context.Context, c *websocket.Conn) {
-		for i := 0; i < 12; i++ {
+	l, _ := pair(t, limit, time.Hour, time.Second, func(ctx context.Context, c *websocket.Conn) {
+		for i := 0; i < busy; i++ {
 			if c.Write(ctx, websocket.MessageText, []byte("m")) != nil {
 				return
 			}
-			time.Sleep(silence / 4)
+			time.Sleep(gap)
 		}
 		<-ctx.Done()
 	})
-	for i := 0; i < 12; i++ {
+	for i := 0; i < busy; i++ {
 		b, err := l.Read()
 		if err != nil {
 			t.Fatalf("message %d over a link kept busy: %v", i, err)
@@ -90,9 +98,8 @@ func TestMessagesKeepTheLinkAlive(t *testing.T) {
 }
 
 func TestHeartbeatOnlyWhenIdle(t *testing.T) {
-	const interval = 200 * time.Millisecond
-	got := make(chan string, 100)
-	l, _ := pair(t, time.Hour, interval, time.Second, func(ctx context.Context, c *websocket.Conn) {
+	got := make(chan string, busy)
+	l, _ := pair(t, time.Hour, limit, time.Second, func(ctx context.Context, c *websocket.Conn) {
 		for {
 			_, b, err := c.Read(ctx)
 			if err != nil {
@@ -101,28 +108,30 @@ func TestHeartbeatOnlyWhenIdle(t *testing.T) {
 			got <- string(b)
 		}
 	})
-	// Writing every quarter interval for three intervals: no heartbeat is due.
-	for i := 0; i < 12; i++ {
+	// Writing every gap for three intervals: no heartbeat is due.
+	var last time.Time
+	for i := 0; i < busy; i++ {
 		select {
 		case <-l.Heartbeat():
-			t.Fatalf("heartbeat due after %d writes a quarter interval apart", i)
+			t.Fatalf("heartbeat due after %d writes %s apart, interval %s", i, gap, limit)
 		default:
 		}
+		last = time.Now()
 		if err := l.Write([]byte("m")); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(interval / 4)
+		time.Sleep(gap)
 	}
-	start := time.Now()
 	select {
 	case <-l.Heartbeat():
-		if d := time.Since(start); d > interval {
-			t.Fatalf("heartbeat %s after the last write's quarter interval, interval %s", d, interval)
+		// Never early: the last write pushed it a whole interval back.
+		if d := time.Since(last); d < limit {
+			t.Fatalf("heartbeat %s after the last write, interval %s", d, limit)
 		}
-	case <-time.After(10 * interval):
+	case <-time.After(10 * limit):
 		t.Fatal("no heartbeat once idle")
 	}
-	for i := 0; i < 12; i++ {
+	for i := 0; i < busy; i++ {
 		if m := <-got; m != "m" {
 			t.Fatalf("peer got %q", m)
 		}
@@ -133,11 +142,10 @@ func TestHeartbeatOnlyWhenIdle(t *testing.T) {
 // not while writes keep coming, and again an interval after each beat's
 // heartbeat is written.
 func TestBeatOnlyWhenIdle(t *testing.T) {
-	const interval = 200 * time.Millisecond
 	beats := make(chan time.Time, 100)
 	var l *Link
 	ready := make(chan struct{})
-	l, _ = pairWith(t, time.Hour, interval, time.Second, Options{Beat: func() {
+	l, _ = pairWith(t, time.Hour, limit, time.Second, Options{Beat: func() {
 		<-ready
 		beats <- time.Now()
 		l.SendHeartbeat(time.Now())
@@ -152,26 +160,26 @@ func TestBeatOnlyWhenIdle(t *testing.T) {
 	if l.Heartbeat() != nil {
 		t.Fatal("a beating link's Heartbeat channel is not nil")
 	}
-	for i := 0; i < 12; i++ {
+	for i := 0; i < busy; i++ {
 		if err := l.Write([]byte("m")); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(interval / 4)
+		time.Sleep(gap)
 	}
 	select {
 	case at := <-beats:
-		t.Fatalf("beat at %s while writes came a quarter interval apart", at)
+		t.Fatalf("beat at %s while writes came %s apart, interval %s", at, gap, limit)
 	default:
 	}
 	var last time.Time
 	for i := 0; i < 3; i++ {
 		select {
 		case at := <-beats:
-			if i > 0 && at.Sub(last) < interval {
-				t.Fatalf("beat %d came %s after the last heartbeat, interval %s", i, at.Sub(last), interval)
+			if i > 0 && at.Sub(last) < limit {
+				t.Fatalf("beat %d came %s after the last heartbeat, interval %s", i, at.Sub(last), limit)
 			}
 			last = at
-		case <-time.After(10 * interval):
+		case <-time.After(10 * limit):
 			t.Fatalf("no beat %d once idle", i)
 		}
 	}

@@ -25,8 +25,8 @@ import (
 // as they were. Against a dictionary of such records it leaves tasks at
 // ~32%, container instances at ~16% and placements at ~42%, measured on
 // a 200-instance scale run's records in another cluster, region and
-// account than the dictionary's (docs/performance.md, twenty-fourth
-// round).
+// account than the dictionary's (docs/performance-history.md,
+// twenty-fourth round).
 //
 // Larger values (event pages, deployments) are long enough to find their
 // own repeats, and gain little from the dictionary (event pages ~19% →

@@ -102,6 +102,11 @@ type Engine struct {
 	gotDesired bool // a desired set has been applied: orphans may go
 	gone       map[string]bool
 	removing   map[string]bool // orphan containers being removed
+	// removed maps a container the engine removed to listSeq at that
+	// moment: a listing with a seq no higher began before the removal and
+	// may still show it.
+	removed    map[string]uint64
+	listSeq    uint64 // periodic listings started
 	listing    bool
 	listResult *listResult
 
@@ -170,6 +175,7 @@ func New(cfg Config) (*Engine, error) {
 		byID:     map[string]*task{},
 		gone:     map[string]bool{},
 		removing: map[string]bool{},
+		removed:  map[string]uint64{},
 	}, nil
 }
 
@@ -520,6 +526,7 @@ func (e *Engine) forget(t *task, ids []string) {
 		if e.byID[id] == t {
 			delete(e.byID, id)
 		}
+		e.removed[id] = e.listSeq // cleanup removed them
 	}
 	e.queue = slices.DeleteFunc(e.queue, func(q *task) bool { return q == t })
 }
@@ -570,6 +577,7 @@ func (e *Engine) route(ev runtime.Event) {
 
 // listResult is one periodic listing.
 type listResult struct {
+	seq uint64 // listSeq when it began
 	cs  []runtime.Container
 	err error
 }
@@ -583,6 +591,8 @@ func (e *Engine) startList(ctx context.Context) {
 		return
 	}
 	e.listing = true
+	e.listSeq++
+	seq := e.listSeq
 	e.mu.Unlock()
 	e.wg.Go(func() {
 		lctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -590,7 +600,7 @@ func (e *Engine) startList(ctx context.Context) {
 		cancel()
 		e.mu.Lock()
 		e.listing = false
-		e.listResult = &listResult{cs: cs, err: err}
+		e.listResult = &listResult{seq: seq, cs: cs, err: err}
 		e.mu.Unlock()
 		e.signal()
 	})
@@ -613,8 +623,20 @@ func (e *Engine) applyList(ctx context.Context) {
 		}
 		return
 	}
+	// Listings run one at a time, in order: none from this one on began
+	// before these removals, so none can show their containers.
+	for id, at := range e.removed {
+		if at < r.seq {
+			delete(e.removed, id)
+		}
+	}
 	byTask := map[string][]runtime.Container{}
 	for _, c := range r.cs {
+		if _, ok := e.removed[c.ID]; ok {
+			// Listed before the engine removed it: acting on it would
+			// remove it again and count an orphan that is not there.
+			continue
+		}
 		// No task label: the instance's own plumbing (the daemon namespace
 		// holder), not a task's container to adopt or remove.
 		if arn := c.Labels[LabelTaskArn]; arn != "" {
@@ -656,9 +678,13 @@ func (e *Engine) applyList(ctx context.Context) {
 
 // removeOrphan stops and removes a container of a task nobody wants.
 func (e *Engine) removeOrphan(ctx context.Context, c runtime.Container) {
+	gone := false
 	defer func() {
 		e.mu.Lock()
 		delete(e.removing, c.ID)
+		if gone {
+			e.removed[c.ID] = e.listSeq
+		}
 		e.mu.Unlock()
 	}()
 	e.log.Info("engine: removing container of an unknown task", "container", c.Name, "id", c.ID, "task", c.Labels[LabelTaskArn])
@@ -668,9 +694,15 @@ func (e *Engine) removeOrphan(ctx context.Context, c runtime.Container) {
 		e.log.Warn("engine: cannot stop orphan container", "id", c.ID, "err", err)
 		return
 	}
-	if err := e.rt.Remove(sctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	err := e.rt.Remove(sctx, c.ID)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		e.log.Warn("engine: cannot remove orphan container", "id", c.ID, "err", err)
 		return
 	}
-	e.stats.orphans.Add(1)
+	gone = true
+	// Only a container this removal took away counts; one already gone
+	// was removed by someone else.
+	if err == nil {
+		e.stats.orphans.Add(1)
+	}
 }

@@ -81,12 +81,12 @@ func TestFakeRunTask(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 
-	// The same desired set again changes nothing.
-	n := len(h.of(task.Arn))
-	h.e.SetDesired([]protocol.Task{task})
-	time.Sleep(50 * time.Millisecond) // nothing to wait for: checking that nothing happens
-	if len(h.of(task.Arn)) != n || rt.count("create") != 1 {
-		t.Errorf("repeated desired set made changes")
+	// The same desired set again changes nothing: once a probe in it
+	// reported, the task is the one that ran, with the same state.
+	before, _ := h.e.Task(task.Arn)
+	h.applied([]protocol.Task{task}, probe("same-set", StatusStopped), StatusStopped)
+	if after, ok := h.e.Task(task.Arn); !ok || after.State.Seq != before.State.Seq || after.State.LastStatus != StatusRunning || rt.count("create") != 1 {
+		t.Errorf("repeated desired set made changes: %+v (known %v), was %+v", after.State, ok, before.State)
 	}
 
 	// Leaving the desired set stops it.
@@ -181,20 +181,20 @@ func TestFakeServerStop(t *testing.T) {
 	if got := h.lastStatuses(task.Arn); !slices.Equal(got, []string{StatusProvisioning, StatusPending, StatusRunning, StatusStopping, StatusStopped}) {
 		t.Errorf("statuses %v", got)
 	}
-	// RUNNING again is ignored: desired status only moves forward.
+	// RUNNING again is ignored: desired status only moves forward. The
+	// task's view showing the RUNNING entry says it has taken it.
 	task.DesiredStatus = StatusRunning
-	h.e.SetDesired([]protocol.Task{task})
-	time.Sleep(50 * time.Millisecond) // checking that nothing happens
-	if s := h.of(task.Arn); s[len(s)-1].LastStatus != StatusStopped || rt.count("start") != 1 {
-		t.Fatalf("restarted a stopped task")
-	}
-
-	// A task first seen desired STOPPED is reported STOPPED without running.
-	gone := newTestTask("t4b", ctrDef("app", "busybox"))
-	gone.DesiredStatus = StatusStopped
-	h.e.SetDesired([]protocol.Task{gone})
-	if st := h.waitStatus(gone.Arn, StatusStopped, wait); containerOf(st, "app").RuntimeID != "" {
+	before, _ := h.e.Task(task.Arn)
+	// A task first seen desired STOPPED is reported STOPPED without
+	// running (it also shows the set was applied).
+	gone := probe("t4b", StatusStopped)
+	h.applied([]protocol.Task{task}, gone, StatusStopped)
+	if st := h.of(gone.Arn)[0]; containerOf(st, "probe").RuntimeID != "" || rt.count("create") != 1 {
 		t.Fatalf("state %+v", st)
+	}
+	after := h.taken(task.Arn, "the RUNNING entry taken", func(d protocol.Task) bool { return d.DesiredStatus == StatusRunning })
+	if after.State.Seq != before.State.Seq || after.State.LastStatus != StatusStopped || rt.count("start") != 1 {
+		t.Fatalf("restarted a stopped task: %+v, was %+v", after.State, before.State)
 	}
 }
 
@@ -449,10 +449,12 @@ func TestFakeCleanup(t *testing.T) {
 		_, exists := rt.byName(task.Arn, "app")
 		return !known && !exists && !h.store.has(task.Arn)
 	})
-	// The server still listing it does not bring it back.
-	h.e.SetDesired([]protocol.Task{task})
-	time.Sleep(50 * time.Millisecond) // checking that nothing happens
-	if _, known := h.e.Task(task.Arn); known || rt.count("create") != 1 {
+	// The server still listing it does not bring it back: a task listed
+	// after it in the same set runs, and it does not.
+	h.applied([]protocol.Task{task}, probe("t8-after", StatusRunning), StatusRunning)
+	_, exists := rt.byName(task.Arn, "app")
+	states := h.of(task.Arn)
+	if _, known := h.e.Task(task.Arn); known || exists || states[len(states)-1].LastStatus != StatusStopped || rt.count("create") != 2 {
 		t.Fatal("a cleaned-up task came back")
 	}
 }
@@ -481,9 +483,14 @@ func TestFakeRestartAdopts(t *testing.T) {
 	if !sameState(before, after) {
 		t.Errorf("state changed across restart:\n%+v\n%+v", before, after)
 	}
+	// The desired set and the listings after it change nothing. A probe
+	// shows the set applied; a newer version of the entry, once the task
+	// shows it, that the task handled what the listings told it.
+	h2.applied([]protocol.Task{run}, probe("r1-probe", StatusStopped), StatusStopped)
+	h2.listed(rt)
+	run.Version++
 	h2.e.SetDesired([]protocol.Task{run})
-	waitFor(t, "a reconcile pass", wait, func() bool { return len(h2.of(run.Arn)) >= 1 })
-	time.Sleep(300 * time.Millisecond) // a reconcile pass: checking nothing happens
+	h2.taken(run.Arn, "the newer entry taken", func(d protocol.Task) bool { return d.Version == run.Version })
 	if rt.count("create") != 2 || rt.count("stop") != 0 || rt.count("start") != 2 {
 		t.Fatalf("calls after restart: %v", rt.calls)
 	}
@@ -577,7 +584,8 @@ func TestFakeOrphans(t *testing.T) {
 	}
 
 	h2 := startEngine(t, Config{Runtime: rt, Store: store})
-	time.Sleep(500 * time.Millisecond) // reconcile passes before any desired set: checking nothing happens
+	waitFor(t, "placeholder from labels", wait, func() bool { _, ok := h2.e.Task(task.Arn); return ok })
+	h2.listed(rt)
 	if c, ok := rt.byName(task.Arn, "app"); !ok || c.State != runtime.StateRunning {
 		t.Fatal("an unknown task's container was stopped before the first desired set")
 	}

@@ -296,6 +296,7 @@ func (f *fakeRuntime) Inspect(_ context.Context, id string) (runtime.Container, 
 func (f *fakeRuntime) List(_ context.Context, labels map[string]string) ([]runtime.Container, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.calls["list"]++
 	var out []runtime.Container
 	for _, fc := range f.containers {
 		match := true

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -166,6 +167,48 @@ func (h *harness) dump(arn string) string {
 func (h *harness) waitStatus(arn, status string, timeout time.Duration) protocol.TaskState {
 	h.t.Helper()
 	return h.wait(arn, status, timeout, func(s protocol.TaskState) bool { return s.LastStatus == status })
+}
+
+// probe is a task for a desired set that exists in no other: once it
+// reports, the engine has applied that set, every other entry in it
+// included. Desired STOPPED it makes no runtime call; RUNNING it is
+// admitted, created and started as any new task.
+func probe(id, desired string) protocol.Task {
+	p := newTestTask(id, ctrDef("probe", "busybox"))
+	p.DesiredStatus = desired
+	return p
+}
+
+// applied sets tasks and the probe p as the desired set and waits until p
+// reports status.
+func (h *harness) applied(tasks []protocol.Task, p protocol.Task, status string) {
+	h.t.Helper()
+	h.e.SetDesired(append(slices.Clone(tasks), p))
+	h.waitStatus(p.Arn, status, wait)
+}
+
+// taken waits until the task's published view satisfies cond, which names
+// its latest desired entry: the task's goroutine has then handled every
+// message posted to it before that entry, and published what it made of
+// them.
+func (h *harness) taken(arn, what string, cond func(protocol.Task) bool) TaskInfo {
+	h.t.Helper()
+	var info TaskInfo
+	waitFor(h.t, what, wait, func() bool {
+		var ok bool
+		info, ok = h.e.Task(arn)
+		return ok && cond(info.Task)
+	})
+	return info
+}
+
+// listed waits until a listing of the runtime begun after the call has
+// been applied (handed to the tasks): the engine starts one at a time, and
+// applies each result before it starts the one after next.
+func (h *harness) listed(rt *fakeRuntime) {
+	h.t.Helper()
+	n := rt.count("list")
+	waitFor(h.t, "listings", wait, func() bool { return rt.count("list") >= n+3 })
 }
 
 // lastStatuses lists the distinct lastStatus values arn went through.

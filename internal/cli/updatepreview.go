@@ -1,0 +1,203 @@
+package cli
+
+// An update's dry run (--dry-run): the server's preview, shown as a diff
+// and the batches it would replace.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/smithy-go"
+)
+
+// wireJSON is the request body the SDK would send for v: members it
+// leaves out stay out, so the server sees exactly what UpdateDaemon would.
+func wireJSON(v smithy.Serializable) ([]byte, error) {
+	w := &shapeWriter{}
+	v.Serialize(w)
+	if w.root == nil {
+		return []byte("{}"), nil
+	}
+	return json.Marshal(w.root)
+}
+
+// preview is CapstanV1.PreviewDaemonUpdate's answer.
+type preview struct {
+	DaemonArn          string          `json:"daemonArn"`
+	CurrentRevisionArn string          `json:"currentRevisionArn"`
+	Resets             []settingChange `json:"resets"`
+	Changes            []settingChange `json:"changes"`
+	InstancesInScope   int             `json:"instancesInScope"`
+	InstancesToReplace int             `json:"instancesToReplace"`
+	DrainPercent       float64         `json:"drainPercent"`
+	BatchSize          int             `json:"batchSize"`
+	Batches            []struct {
+		Instances []struct {
+			ContainerInstanceArn string `json:"containerInstanceArn"`
+			CapacityProviderName string `json:"capacityProviderName"`
+			InPlace              bool   `json:"inPlace"`
+		} `json:"instances"`
+		ExtraCPU    int64 `json:"extraCpu"`
+		ExtraMemory int64 `json:"extraMemory"`
+	} `json:"batches"`
+}
+
+type settingChange struct {
+	Setting string   `json:"setting"`
+	Current any      `json:"current"`
+	New     any      `json:"new"`
+	Added   []string `json:"added"`
+	Removed []string `json:"removed"`
+}
+
+func (s *session) previewUpdate(ctx context.Context, in *ecs.UpdateDaemonInput) error {
+	body, err := wireJSON(in)
+	if err != nil {
+		return err
+	}
+	var raw json.RawMessage
+	if err := s.callExtension(ctx, "PreviewDaemonUpdate", json.RawMessage(body), &raw); err != nil {
+		return err
+	}
+	if s.json() {
+		var b bytes.Buffer
+		if err := json.Indent(&b, raw, "", "  "); err != nil {
+			return err
+		}
+		b.WriteByte('\n')
+		_, err := s.stdout.Write(b.Bytes())
+		return err
+	}
+	var p preview
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return fmt.Errorf("PreviewDaemonUpdate: %w", err)
+	}
+	renderPreview(s.stdout, &p)
+	return nil
+}
+
+// renderPreview prints a dry run: the silent resets first, then the diff
+// and the batches.
+func renderPreview(w io.Writer, p *preview) {
+	cluster, name := daemonClusterName(p.DaemonArn)
+	fmt.Fprintf(w, "Dry run: nothing was changed. UpdateDaemon on %s/%s would start a deployment\nfrom revision %s.\n\n",
+		cluster, name, lastSegment(p.CurrentRevisionArn))
+	if len(p.Resets) > 0 {
+		fmt.Fprintf(w, "WARNING: %d setting(s) would silently return to their defaults (omitted from the request;\nUpdateDaemon replaces the whole configuration):\n", len(p.Resets))
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, c := range p.Resets {
+			fmt.Fprintf(tw, "  !\t%s\t%s -> %s\n", c.Setting, valueText(c.Setting, c.Current), valueText(c.Setting, c.New))
+		}
+		tw.Flush()
+		fmt.Fprintln(w, "Give them explicitly, or add --keep-unspecified to keep the current values.")
+		fmt.Fprintln(w)
+	}
+	if len(p.Changes) == 0 {
+		fmt.Fprintln(w, "Changes: none; the deployment still replaces every instance in scope.")
+	} else {
+		fmt.Fprintln(w, "Changes against the current revision:")
+		tw := newTable(w, "  SETTING", "CURRENT", "NEW")
+		for _, c := range p.Changes {
+			nw := valueText(c.Setting, c.New)
+			var notes []string
+			if len(c.Added) > 0 {
+				notes = append(notes, "added "+valueText(setCapacity, toAny(c.Added)))
+			}
+			if len(c.Removed) > 0 {
+				notes = append(notes, "removed "+valueText(setCapacity, toAny(c.Removed)))
+			}
+			if len(notes) > 0 {
+				nw += " (" + strings.Join(notes, "; ") + ")"
+			}
+			if isReset(p, c.Setting) {
+				nw += " (default)"
+			}
+			row(tw, "  "+c.Setting, valueText(c.Setting, c.Current), nw)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w)
+	if p.InstancesInScope == 0 {
+		fmt.Fprintln(w, "Rollout: no instances in scope; the deployment would complete at once.")
+		return
+	}
+	fmt.Fprintf(w, "Rollout: %d instance(s) in scope, %d to replace, %d per batch (drainPercent %s), %d batch(es).\n",
+		p.InstancesInScope, p.InstancesToReplace, p.BatchSize, strconv.FormatFloat(p.DrainPercent, 'f', -1, 64), len(p.Batches))
+	fmt.Fprintln(w, "Instances Capstan provisioned get a same-size replacement before their tasks move; instances")
+	fmt.Fprintln(w, "started by hand are updated in place. Extra capacity per batch, in replacement order:")
+	tw := newTable(w, "  BATCH", "EXTRA CPU", "EXTRA MEMORY (MiB)", "INSTANCES")
+	for i, b := range p.Batches {
+		var ids []string
+		for _, in := range b.Instances {
+			how := in.CapacityProviderName
+			if in.InPlace {
+				how += ", in place"
+			}
+			ids = append(ids, lastSegment(in.ContainerInstanceArn)+" ("+how+")")
+		}
+		row(tw, "  "+strconv.Itoa(i+1), strconv.FormatInt(b.ExtraCPU, 10), strconv.FormatInt(b.ExtraMemory, 10), strings.Join(ids, ", "))
+	}
+	tw.Flush()
+}
+
+func isReset(p *preview, setting string) bool {
+	return slices.ContainsFunc(p.Resets, func(c settingChange) bool { return c.Setting == setting })
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// valueText shows a setting's value from the preview JSON compactly: names
+// instead of ARNs.
+func valueText(setting string, v any) string {
+	switch x := v.(type) {
+	case nil:
+		if setting == setAlarms {
+			return "off"
+		}
+		return "none"
+	case string:
+		switch setting {
+		case setTaskDef:
+			fam, rev := familyRevision(x)
+			return fam + ":" + rev
+		case setCapacity:
+			return lastSegment(x)
+		}
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case bool:
+		return strconv.FormatBool(x)
+	case []any:
+		parts := make([]string, 0, len(x))
+		for _, e := range x {
+			parts = append(parts, valueText(setting, e))
+		}
+		return strings.Join(parts, ", ")
+	case map[string]any:
+		if setting == setAlarms {
+			state := "off"
+			if on, _ := x["enable"].(bool); on {
+				state = "on"
+			}
+			names, _ := x["alarmNames"].([]any)
+			return state + ": " + valueText("", names)
+		}
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
