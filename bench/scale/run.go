@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
-	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/cpus"
+	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
