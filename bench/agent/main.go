@@ -29,6 +29,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/capstanhq/capstan/internal/ops"
 	"io"
 	"net"
 	"net/http"
@@ -48,7 +49,6 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
-	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/runtime/docker"
 	"github.com/capstanhq/capstan/internal/server"
 	"github.com/capstanhq/capstan/internal/testenv"
@@ -242,7 +242,7 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	if err := b.setupCluster(ctx); err != nil {
 		return err
 	}
-	cred, err := srv.Service.CreateAgentCredential(ctx, &control.CreateAgentCredentialRequest{Cluster: b.cluster, Description: "bench/agent"})
+	cred, err := srv.Service.CreateAgentCredential(ctx, &ops.CreateAgentCredentialRequest{Cluster: b.cluster, Description: "bench/agent"})
 	if err != nil {
 		return fmt.Errorf("mint agent credential: %w", err)
 	}

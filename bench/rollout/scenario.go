@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/capstanhq/capstan/internal/ops"
 	"math"
 	"regexp"
 	"slices"
@@ -15,7 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
-	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/coverage"
 )
 
@@ -265,7 +265,7 @@ func (b *bench) rollout(ctx context.Context, n int, pct float64) (*Run, error) {
 	var roErr error
 	deadline := r.UpdateAt.Add(b.o.rolloutTimeout)
 	for {
-		ro, err := b.Srv.Service.DescribeDaemonRollout(ctx, &control.DescribeDaemonRolloutRequest{DaemonArn: guard.Arn, DaemonDeploymentArn: r.DeploymentArn})
+		ro, err := b.Srv.Service.DescribeDaemonRollout(ctx, &ops.DescribeDaemonRolloutRequest{DaemonArn: guard.Arn, DaemonDeploymentArn: r.DeploymentArn})
 		if err == nil {
 			if ro.Status != lastStatus {
 				fmt.Fprintf(b.Out, "  %6.2f s  deployment %s\n", time.Since(r.UpdateAt).Seconds(), ro.Status)

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
-	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/cpus"
+	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -30,7 +30,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	serverGOGC := debug.SetGCPercent(-1)
 	debug.SetGCPercent(serverGOGC)
 	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, AgentGOGC: o.agentGOGC, AgentState: o.agentState, Fleet: "joined", ServerMemoryLimitMiB: o.memoryLimit, ServerGOGC: serverGOGC, RolloutSeconds: -1,
-		StoppedRetentionSeconds: cmp.Or(o.retention, control.DefaultStoppedRetention).Seconds(),
+		StoppedRetentionSeconds: cmp.Or(o.retention, fleet.DefaultStoppedRetention).Seconds(),
 		DetectSeconds:           -1, ReplaceSeconds: -1, Invariants: []string{}}
 	if len(o.etcdEndpoints) > 0 {
 		rep.Etcd = strings.Join(o.etcdEndpoints, ",")

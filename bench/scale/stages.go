@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/events"
+	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -69,7 +69,7 @@ func replacementStages(ctx context.Context, st *store.Store, cluster string, sin
 		evs = append(evs, p.Value.Events...)
 	}
 	times := eventTimes(evs)
-	ms, _, err := store.List[control.ManagedInstance](ctx, st, control.ManagedInstancePrefix(cluster), "", 0)
+	ms, _, err := store.List[fleet.ManagedInstance](ctx, st, fleet.ManagedInstancePrefix(cluster), "", 0)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +199,7 @@ func eventTimes(evs []events.Event) map[string]*instanceTimes {
 				continue
 			}
 			in := at(d.Arn)
-			if control.IsDaemonGroup(d.Group) {
+			if fleet.IsDaemonGroup(d.Group) {
 				earliest(&in.daemonPlaced, isoTime(d.CreatedAt))
 				earliest(&in.daemonStarted, isoTime(d.StartedAt))
 			} else {

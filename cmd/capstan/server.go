@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/cpus"
+	"github.com/capstanhq/capstan/internal/fleet"
 	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/server"
 	"github.com/capstanhq/capstan/internal/store"
@@ -48,8 +48,8 @@ func runServer(ctx context.Context, args []string) error {
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&cfg.Provisioner, "provisioner", "local", "where managed instances come from: local (agent processes on this machine), sim (hollow agents in the server on simulated containers, for scale tests) or none")
 	fs.StringVar(&cfg.AlarmSource, "alarm-source", "", "Prometheus or Alertmanager `URL` daemon deployments read their alarms from (prometheus+http:// or alertmanager+http:// to say which)")
-	fs.IntVar(&cfg.EventLimit, "event-limit", control.DefaultEventLimit, "keep at most this many events per cluster (the oldest go first; they also expire after an hour)")
-	fs.DurationVar(&cfg.StoppedRetention, "stopped-task-retention", control.DefaultStoppedRetention, "keep stopped tasks and deregistered (INACTIVE) container instances describable for this long, then delete them (at least 1m)")
+	fs.IntVar(&cfg.EventLimit, "event-limit", fleet.DefaultEventLimit, "keep at most this many events per cluster (the oldest go first; they also expire after an hour)")
+	fs.DurationVar(&cfg.StoppedRetention, "stopped-task-retention", fleet.DefaultStoppedRetention, "keep stopped tasks and deregistered (INACTIVE) container instances describable for this long, then delete them (at least 1m)")
 	fs.DurationVar(&cfg.ProgressDeadline, "rollout-progress-deadline", server.DefaultProgressDeadline, "stop a daemon rollout that made no progress for this long (negative: never)")
 	fs.DurationVar(&cfg.SimProvisionDelay, "sim-provision-delay", 0, "how long a sim instance takes to boot (with --provisioner sim)")
 	fs.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL agents use to reach this server (default http://<listen address>)")

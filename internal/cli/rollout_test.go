@@ -13,8 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
-
-	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/ops"
 )
 
 // registerManaged registers an instance bound to capacity provider cp, as
@@ -22,7 +21,7 @@ import (
 func (h *harness) registerManaged(cluster, cp string, cpu, mem int32) string {
 	h.t.Helper()
 	ctx := context.Background()
-	cred, err := h.srv.Service.CreateAgentCredential(ctx, &control.CreateAgentCredentialRequest{Cluster: cluster, CapacityProvider: cp})
+	cred, err := h.srv.Service.CreateAgentCredential(ctx, &ops.CreateAgentCredentialRequest{Cluster: cluster, CapacityProvider: cp})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -25,8 +25,8 @@ import (
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/auth"
 	"github.com/capstanhq/capstan/internal/codec"
-	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/cpus"
+	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/link"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/store"
@@ -34,7 +34,7 @@ import (
 
 // Gateway accepts agent sessions.
 type Gateway struct {
-	svc      *control.Service
+	svc      *fleet.State
 	st       *store.Store
 	verifier api.Verifier
 	log      *slog.Logger
@@ -64,7 +64,7 @@ type serverLease struct {
 }
 
 // New returns a gateway; Close ends every session.
-func New(svc *control.Service, st *store.Store, v api.Verifier, serverID string, log *slog.Logger) *Gateway {
+func New(svc *fleet.State, st *store.Store, v api.Verifier, serverID string, log *slog.Logger) *Gateway {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gateway{svc: svc, st: st, verifier: v, log: log, server: serverID, now: time.Now,
 		sessions: map[string]*session{}, ctx: ctx, cancel: cancel,

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 	"github.com/coder/websocket"
 
-	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/testenv"
 )
@@ -27,7 +27,7 @@ type agentConn struct {
 	instance string
 }
 
-func dialAgent(t *testing.T, srv *testenv.Server, cred *control.CreateAgentCredentialResponse, instance string) *agentConn {
+func dialAgent(t *testing.T, srv *testenv.Server, cred *ops.CreateAgentCredentialResponse, instance string) *agentConn {
 	t.Helper()
 	conn := testenv.DialSession(t, srv.URL, cred.AccessKeyID, cred.SecretAccessKey)
 	a := &agentConn{t: t, conn: conn, instance: instance}
@@ -91,12 +91,12 @@ func TestIdleSessionsHoldOneGoroutine(t *testing.T) {
 		t.Fatal(err)
 	}
 	type instance struct {
-		cred *control.CreateAgentCredentialResponse
+		cred *ops.CreateAgentCredentialResponse
 		arn  string
 	}
 	var fleet []instance
 	for range n {
-		cred, err := srv.Service.CreateAgentCredential(ctx, &control.CreateAgentCredentialRequest{Cluster: "idle"})
+		cred, err := srv.Service.CreateAgentCredential(ctx, &ops.CreateAgentCredentialRequest{Cluster: "idle"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/fleet"
 )
 
 // Stopped tasks are kept an hour unless told otherwise, and never for less
@@ -13,8 +13,8 @@ import (
 func TestStoppedRetentionConfig(t *testing.T) {
 	base := func() Config { return Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Provisioner: "none"} }
 	c := base()
-	if err := c.Validate(); err != nil || c.StoppedRetention != control.DefaultStoppedRetention {
-		t.Fatalf("default: %s (%v), want %s", c.StoppedRetention, err, control.DefaultStoppedRetention)
+	if err := c.Validate(); err != nil || c.StoppedRetention != fleet.DefaultStoppedRetention {
+		t.Fatalf("default: %s (%v), want %s", c.StoppedRetention, err, fleet.DefaultStoppedRetention)
 	}
 	c = base()
 	c.StoppedRetention = 30 * time.Second

@@ -24,13 +24,14 @@ import (
 	"github.com/capstanhq/capstan/internal/alarms"
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/auth"
-	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/controller/daemons"
 	"github.com/capstanhq/capstan/internal/controller/deployments"
 	"github.com/capstanhq/capstan/internal/controller/instances"
 	"github.com/capstanhq/capstan/internal/controller/services"
+	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/gateway"
+	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/provision"
 	"github.com/capstanhq/capstan/internal/provision/local"
@@ -83,7 +84,7 @@ type Config struct {
 	EventLimit int
 	// StoppedRetention is how long a stopped task or an INACTIVE container
 	// instance stays describable before the leader deletes it (0:
-	// control.DefaultStoppedRetention).
+	// fleet.DefaultStoppedRetention).
 	StoppedRetention time.Duration
 	Log              *slog.Logger
 }
@@ -135,7 +136,7 @@ func (c *Config) Validate() error {
 		c.ProgressDeadline = DefaultProgressDeadline
 	}
 	if c.StoppedRetention == 0 {
-		c.StoppedRetention = control.DefaultStoppedRetention
+		c.StoppedRetention = fleet.DefaultStoppedRetention
 	}
 	if c.StoppedRetention < MinStoppedRetention {
 		return fmt.Errorf("--stopped-task-retention must be at least %s, got %s", MinStoppedRetention, c.StoppedRetention)
@@ -160,7 +161,9 @@ type Server struct {
 	// AdminGenerated is true when the credential was created in the data dir.
 	AdminGenerated bool
 	Store          *store.Store
-	Service        *control.Service
+	// Service is the API operations; its embedded State is the fleet
+	// state the controllers and the gateway share.
+	Service *ops.Service
 	// Provisioner is the one Config.Provisioner named; nil for none.
 	Provisioner provision.Provisioner
 	gateway     *gateway.Gateway
@@ -205,12 +208,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if endpoint == "" {
 		endpoint = "http://" + addr
 	}
-	svc := control.New(control.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log, Endpoint: endpoint,
+	svc := fleet.New(fleet.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log, Endpoint: endpoint,
 		AlarmSource: cfg.AlarmSource != "", ProgressDeadline: max(cfg.ProgressDeadline, 0), EventLimit: cfg.EventLimit})
 	verifier := &auth.Verifier{Lookup: auth.Chain(auth.NewStaticLookup(admin), svc.Credentials())}
-	h := api.NewHandler(verifier, control.Authorize, cfg.Log)
+	h := api.NewHandler(verifier, ops.Authorize, cfg.Log)
 	h.Scope = newScopes(st, maxScopes).scope
-	svc.Register(h)
+	ops := ops.New(svc)
+	ops.Register(h)
 	serverID := addr + "/" + auth.NewAccessKeyID("")[:8]
 	var prov provision.Provisioner
 	if cfg.Provisioner == "local" {
@@ -267,7 +271,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{
 		reconciles:     counts,
 		Addr:           addr,
-		Service:        svc,
+		Service:        ops,
 		Provisioner:    prov,
 		gateway:        gw,
 		Admin:          admin,
@@ -301,7 +305,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func runControllers(ctx context.Context, st *store.Store, svc *control.Service, prov provision.Provisioner, cfg Config, counts reconciles) {
+func runControllers(ctx context.Context, st *store.Store, svc *fleet.State, prov provision.Provisioner, cfg Config, counts reconciles) {
 	log := cfg.Log
 	var alarmSource alarms.Source
 	if src, err := alarms.New(cfg.AlarmSource, nil); err == nil && src != nil {

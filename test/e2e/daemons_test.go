@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
-	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/testenv/agents"
 )
 
@@ -129,7 +129,7 @@ func TestFailingDaemons(t *testing.T) {
 	}
 	// Each failed start is reported as an impaired-daemon event.
 	eventually(t, 30*time.Second, "DAEMON_TASK_START_IMPAIRED event", func() bool {
-		out, err := g.srv.Service.ListEvents(context.Background(), &control.ListEventsRequest{Cluster: g.cluster, DetailType: "ECS Daemon Service Action"})
+		out, err := g.srv.Service.ListEvents(context.Background(), &ops.ListEventsRequest{Cluster: g.cluster, DetailType: "ECS Daemon Service Action"})
 		if err != nil {
 			return false
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
-	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/provision/local"
 	"github.com/capstanhq/capstan/internal/server"
 	"github.com/capstanhq/capstan/internal/testenv"
@@ -151,7 +151,7 @@ func TestAutoRepairReplacesInstance(t *testing.T) {
 	})
 	// The drain is in the recorded history too.
 	eventually(t, 10*time.Second, "auto-repair drain event", func() bool {
-		out, err := f.srv.Service.ListEvents(ctx, &control.ListEventsRequest{Cluster: f.cluster, DetailType: "ECS Container Instance State Change", Resource: old})
+		out, err := f.srv.Service.ListEvents(ctx, &ops.ListEventsRequest{Cluster: f.cluster, DetailType: "ECS Container Instance State Change", Resource: old})
 		if err != nil {
 			return false
 		}

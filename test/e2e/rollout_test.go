@@ -11,8 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
-	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/coverage"
+	"github.com/capstanhq/capstan/internal/ops"
 )
 
 const loop = "trap 'exit 0' TERM; while true; do sleep 1; done"
@@ -126,7 +126,7 @@ func (r *rollout) history() *coverage.History {
 	h := coverage.NewHistory()
 	after := ""
 	for {
-		out, err := r.srv.Service.ListEvents(context.Background(), &control.ListEventsRequest{Cluster: r.cluster, After: after, MaxResults: aws.Int32(1000)})
+		out, err := r.srv.Service.ListEvents(context.Background(), &ops.ListEventsRequest{Cluster: r.cluster, After: after, MaxResults: aws.Int32(1000)})
 		if err != nil {
 			r.t.Fatal(err)
 		}
@@ -243,7 +243,7 @@ func (r *rollout) instanceArns() []string {
 }
 
 func deploymentEvents(t *testing.T, f *fleet, depArn string) []string {
-	out, err := f.srv.Service.ListEvents(context.Background(), &control.ListEventsRequest{Cluster: f.cluster, DetailType: "ECS Daemon Deployment State Change", Resource: depArn})
+	out, err := f.srv.Service.ListEvents(context.Background(), &ops.ListEventsRequest{Cluster: f.cluster, DetailType: "ECS Daemon Deployment State Change", Resource: depArn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func TestDaemonRolloutSupersedeAndDelete(t *testing.T) {
 	r := newRollout(t, 2)
 	first := r.update(r.newRevision("sh", "-c", "echo v2; "+loop), &types.DaemonDeploymentConfiguration{DrainPercent: aws.Float64(50)})
 	eventually(t, 60*time.Second, "first rollout replacing an instance", func() bool {
-		out, err := r.srv.Service.DescribeDaemonRollout(ctx, &control.DescribeDaemonRolloutRequest{DaemonArn: r.daemonArn, DaemonDeploymentArn: first})
+		out, err := r.srv.Service.DescribeDaemonRollout(ctx, &ops.DescribeDaemonRolloutRequest{DaemonArn: r.daemonArn, DaemonDeploymentArn: first})
 		return err == nil && out.Status == "IN_PROGRESS" && out.CapacityProviders[0].Draining+out.CapacityProviders[0].Launching > 0
 	})
 	td3 := r.newRevision("sh", "-c", "echo v3; "+loop)

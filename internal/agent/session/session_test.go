@@ -18,7 +18,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/agent/session"
 	"github.com/capstanhq/capstan/internal/agent/state"
-	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/testenv"
 )
@@ -69,7 +69,7 @@ type rig struct {
 	srv      *testenv.Server
 	admin    *ecs.Client
 	agent    *ecs.Client
-	cred     control.CreateAgentCredentialResponse
+	cred     ops.CreateAgentCredentialResponse
 	instance string
 }
 
@@ -81,7 +81,7 @@ func newRig(t *testing.T) *rig {
 	if _, err := r.admin.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("edge")}); err != nil {
 		t.Fatal(err)
 	}
-	cred, err := srv.Service.CreateAgentCredential(ctx, &control.CreateAgentCredentialRequest{Cluster: "edge"})
+	cred, err := srv.Service.CreateAgentCredential(ctx, &ops.CreateAgentCredentialRequest{Cluster: "edge"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,15 +9,15 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/codec"
-	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/controller"
+	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
 // Reconciler reconciles one container instance per call.
 type Reconciler struct {
 	Store *store.Store
-	Svc   *control.Service
+	Svc   *fleet.State
 	Now   func() time.Time
 	Log   *slog.Logger
 	// Impaired, when set, is told about daemon start failures (events).
@@ -101,7 +101,7 @@ func (r *Reconciler) instanceOfTask(ctx context.Context, ch store.Change) []stri
 	// Other tasks matter here only once stopped (a draining instance stops
 	// its daemons after them): a fleet's service tasks starting do not each
 	// wake their instance's daemons.
-	if !control.IsDaemonGroup(t.Group) && t.LastStatus != "STOPPED" {
+	if !fleet.IsDaemonGroup(t.Group) && t.LastStatus != "STOPPED" {
 		return nil
 	}
 	return []string{store.ContainerInstanceKey(t.Cluster, t.InstanceID)}
@@ -161,7 +161,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			continue
 		}
 		switch {
-		case control.IsDaemonGroup(t.Group):
+		case fleet.IsDaemonGroup(t.Group):
 			in.LiveDaemonTasks++
 		default:
 			in.OtherLiveTasks++
@@ -194,7 +194,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		if p, ok := placements[name]; ok {
 			d.Placed, d.PlacedRev, d.Attempts, d.LastFailure = true, p.Value.RevisionArn, p.Value.Attempts, p.Value.LastFailure
 			d.TaskRev = p.Value.TaskRevisionArn
-			onInstance := slices.ContainsFunc(tasks, func(t control.TaskBrief) bool { return t.ID == p.Value.TaskID })
+			onInstance := slices.ContainsFunc(tasks, func(t fleet.TaskBrief) bool { return t.ID == p.Value.TaskID })
 			if p.Value.TaskID != "" {
 				ts, ok, err := r.Svc.TaskState(ctx, ci.Cluster, p.Value.TaskID)
 				if err != nil {
@@ -258,7 +258,7 @@ func (r *Reconciler) daemonsOf(ctx context.Context, cluster string) (map[string]
 	return out, nil
 }
 
-func (r *Reconciler) act(ctx context.Context, ci store.ContainerInstance, daemons map[string]store.Daemon, placements map[string]store.Item[control.DaemonPlacement], a Action, requeue *time.Duration) error {
+func (r *Reconciler) act(ctx context.Context, ci store.ContainerInstance, daemons map[string]store.Daemon, placements map[string]store.Item[fleet.DaemonPlacement], a Action, requeue *time.Duration) error {
 	later := func(d time.Duration) {
 		if *requeue == 0 || d < *requeue {
 			*requeue = d
@@ -266,12 +266,12 @@ func (r *Reconciler) act(ctx context.Context, ci store.ContainerInstance, daemon
 	}
 	switch a.Kind {
 	case Start:
-		var prev *store.Item[control.DaemonPlacement]
+		var prev *store.Item[fleet.DaemonPlacement]
 		if p, ok := placements[a.Daemon]; ok {
 			prev = &p
 		}
 		_, err := r.Svc.StartDaemonTask(ctx, ci, daemons[a.Daemon], a.Revision, prev)
-		if errors.Is(err, control.ErrNoRoom) {
+		if errors.Is(err, fleet.ErrNoRoom) {
 			r.Log.Warn("daemon does not fit on instance", "instance", ci.ContainerInstanceArn, "daemon", a.Daemon, "err", err)
 			if r.Impaired != nil {
 				r.Impaired(ctx, ci, daemons[a.Daemon], "", "TASK_CREATION_FAILED", err.Error())

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -19,28 +18,14 @@ import (
 	"github.com/capstanhq/capstan/internal/alarms"
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/events"
+	"github.com/capstanhq/capstan/internal/rollout"
 	"github.com/capstanhq/capstan/internal/store"
 )
-
-// Fleet is what the rollout reads and changes outside its own record.
-type Fleet interface {
-	// Instances lists the container instances of the deployment's
-	// capacity providers that are not INACTIVE.
-	Instances(ctx context.Context, dep store.DaemonDeployment) ([]Instance, error)
-	// ReplacementStates reports the state of managed instances by ID.
-	ReplacementStates(ctx context.Context, cluster string, ids []string) (map[string]string, error)
-	// Replace adds to tx what begins replacing one instance: a drain and
-	// a replacement launch request, or an in-place retarget.
-	Replace(ctx context.Context, tx *store.Txn, dep store.DaemonDeployment, s Start) (store.Replacement, error)
-	// Snapshot fills a finishing deployment's instance counts, which stay
-	// as they were when it ended.
-	Snapshot(ctx context.Context, dep *store.DaemonDeployment) error
-}
 
 // Reconciler advances one deployment per call.
 type Reconciler struct {
 	Store *store.Store
-	Fleet Fleet
+	Fleet rollout.Fleet
 	// Alarms is nil when the server has no alarm source.
 	Alarms alarms.Source
 	// ProgressDeadline stops a rollout without progress for this long
@@ -67,31 +52,6 @@ const MinPass = 250 * time.Millisecond
 // bounded share of the server however big the fleet.
 const passSpacing = 10
 
-func complete(dep *store.DaemonDeployment) {
-	if dep.CircuitBreaker != nil && dep.CircuitBreaker.Status == "MONITORING" {
-		dep.CircuitBreaker.Status = "MONITORING_COMPLETE"
-	}
-	if dep.Alarms != nil && dep.Alarms.Status == "MONITORING" {
-		dep.Alarms.Status = "MONITORING_COMPLETE"
-	}
-}
-
-// BreakerThreshold is the circuit-breaker threshold for a rollout over n
-// instances: half of them, at least 3 and at most 200 (the ECS service
-// breaker's formula; ECS documents none for daemons).
-func BreakerThreshold(n int) int { return min(max((n+1)/2, 3), 200) }
-
-// InFlight reports whether a deployment in this status can still change.
-func InFlight(status string) bool {
-	switch status {
-	case "PENDING", "IN_PROGRESS", "STOP_REQUESTED", "ROLLBACK_IN_PROGRESS":
-		return true
-	}
-	return false
-}
-
-func ptr[T any](v T) *T { return &v }
-
 // Reconcile advances the deployment at key until it waits for the fleet.
 func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, error) {
 	if wait := r.pacer.Due(key, MinPass); wait > 0 {
@@ -100,7 +60,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 	// Passes are spaced by their cost too: at 5,000 instances a pass reads
 	// the whole fleet in ~40 ms, and a rolling window always has changes.
 	begun := time.Now()
-	defer func() { r.pacer.Rest(key, controller.Spacing(passSpacing, time.Since(begun), Poll)) }()
+	defer func() { r.pacer.Rest(key, controller.Spacing(passSpacing, time.Since(begun), rollout.Poll)) }()
 	// Where a long pass spends its time, at debug level.
 	var st passStats
 	defer func() {
@@ -118,14 +78,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			return 0, err
 		}
 		dep := it.Value
-		if !InFlight(dep.Status) {
+		if !rollout.InFlight(dep.Status) {
 			return 0, nil
 		}
 		daemon, err := store.Get[store.Daemon](ctx, r.Store, store.DaemonKey(dep.Cluster, dep.Daemon))
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return 0, err
 		}
-		w := World{Current: err == nil && daemon.Value.DeploymentArn == dep.DaemonDeploymentArn, Now: r.Now(), Deadline: r.ProgressDeadline,
+		w := rollout.World{Current: err == nil && daemon.Value.DeploymentArn == dep.DaemonDeploymentArn, Now: r.Now(), Deadline: r.ProgressDeadline,
 			MaxOps: r.Store.MaxTxnOps() - 8}
 		var rollbackTo *store.DaemonRevision
 		// The pass reads the whole fleet and every entry of a window of
@@ -144,7 +104,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			}
 			st.looking += time.Since(t0)
 			if dep.Status == "STOP_REQUESTED" && dep.Rollback != nil && dep.Rollback.RollbackTargetDaemonRevisionArn != "" {
-				rev, err := store.Get[store.DaemonRevision](ctx, r.Store, store.DaemonRevisionKey(dep.Cluster, dep.Daemon, lastSegment(dep.Rollback.RollbackTargetDaemonRevisionArn)))
+				rev, err := store.Get[store.DaemonRevision](ctx, r.Store, store.DaemonRevisionKey(dep.Cluster, dep.Daemon, rollout.LastSegment(dep.Rollback.RollbackTargetDaemonRevisionArn)))
 				if err != nil {
 					return 0, err
 				}
@@ -152,7 +112,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 				w.RollbackCPs = rev.Value.CapacityProviderArns
 			}
 		}
-		dec := Plan(dep, w)
+		dec := rollout.Plan(dep, w)
 		if !dec.Changed {
 			return dec.Requeue, nil
 		}
@@ -167,7 +127,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 			next.Rollout.Replacing = append(next.Rollout.Replacing, e)
 		}
 		st.replacing += time.Since(t0)
-		if !InFlight(next.Status) && w.Current {
+		if !rollout.InFlight(next.Status) && w.Current {
 			if err := r.Fleet.Snapshot(ctx, &next); err != nil {
 				return 0, err
 			}
@@ -214,7 +174,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 				return 0, err
 			}
 		}
-		if !InFlight(next.Status) {
+		if !rollout.InFlight(next.Status) {
 			return 0, nil
 		}
 		if dec.Requeue > 0 && len(dec.Start) == 0 && dep.Status == next.Status {
@@ -229,7 +189,7 @@ type passStats struct {
 }
 
 // look fills the world of a current deployment.
-func (r *Reconciler) look(ctx context.Context, dep store.DaemonDeployment, w *World) error {
+func (r *Reconciler) look(ctx context.Context, dep store.DaemonDeployment, w *rollout.World) error {
 	var err error
 	if w.Instances, err = r.Fleet.Instances(ctx, dep); err != nil {
 		return err
@@ -245,7 +205,7 @@ func (r *Reconciler) look(ctx context.Context, dep store.DaemonDeployment, w *Wo
 			return err
 		}
 	}
-	names := alarmNames(dep)
+	names := rollout.AlarmNames(dep)
 	if len(names) == 0 || (dep.Status != "PENDING" && dep.Status != "IN_PROGRESS") {
 		return nil
 	}
@@ -284,14 +244,4 @@ func specOf(rev store.DaemonRevision) store.DaemonSpec {
 		sp.EnableExecuteCommand = *rev.EnableExecuteCommand
 	}
 	return sp
-}
-
-// BatchSize is how many of n instances a batch replaces: drainPercent of
-// them rounded up, at least 1 (and 1 for a drainPercent of 0).
-func BatchSize(n int, drainPercent float64) int {
-	if n <= 0 {
-		return 1
-	}
-	b := int(math.Ceil(float64(n) * drainPercent / 100))
-	return min(max(b, 1), n)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/events"
+	"github.com/capstanhq/capstan/internal/store"
 )
 
 func TestEmitTransition(t *testing.T) {
@@ -54,4 +55,13 @@ func TestEmitTransition(t *testing.T) {
 	}
 	// Without an emitter nothing happens.
 	(&Reconciler{Now: time.Now}).emitTransition(context.Background(), deployment("PENDING"), deployment("IN_PROGRESS"))
+}
+
+// deployment is a daemon deployment in status with one source revision.
+func deployment(status string) store.DaemonDeployment {
+	d := store.DaemonDeployment{}
+	d.Status = status
+	d.TargetRevisionArn = "arn:rev/new"
+	d.SourceRevisionArns = []string{"arn:rev/old"}
+	return d
 }

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/codec"
-	"github.com/capstanhq/capstan/internal/control"
 	"github.com/capstanhq/capstan/internal/controller"
+	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/provision"
 	"github.com/capstanhq/capstan/internal/store"
@@ -49,7 +49,7 @@ const (
 // Reconciler reconciles one capacity provider per call.
 type Reconciler struct {
 	Store       *store.Store
-	Svc         *control.Service
+	Svc         *fleet.State
 	Provisioner provision.Provisioner
 	// AgentEnv adds settings to every launched agent (e.g. image pull
 	// behaviour); may be nil.
@@ -129,7 +129,7 @@ func (r *Reconciler) succeeded(cp string, launchedAt time.Time) {
 // young ones are when a zone goes, is a loss to repair at once; counted,
 // four lost together held their replacements 40 s (four failures), then
 // sent them one at a time.
-func launchFailed(registered bool, ci control.InstanceBrief) bool {
+func launchFailed(registered bool, ci fleet.InstanceBrief) bool {
 	return !registered || ci.Status == "REGISTERING"
 }
 
@@ -300,7 +300,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 	// Not knowing the daemons' need holds back launches only, not the
 	// instances' upkeep below.
 	dc, dm, needErr := r.Svc.DaemonsNeed(rctx, cp.Cluster, name)
-	starting := func(m control.ManagedInstance, ci control.InstanceBrief, registered bool) {
+	starting := func(m fleet.ManagedInstance, ci fleet.InstanceBrief, registered bool) {
 		b := bin{cpu: m.CPU - dc, mem: m.MemoryMiB - dm}
 		if registered {
 			// Tasks may be placed already; a daemon not yet placed is not
@@ -309,7 +309,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 		}
 		room = append(room, b)
 	}
-	var replacements []store.Item[control.ManagedInstance] // requested by rollouts, to launch
+	var replacements []store.Item[fleet.ManagedInstance] // requested by rollouts, to launch
 	var retire []retirement
 	var sizes []bin // of the instances to launch for waiting tasks
 	defer func() {
@@ -328,7 +328,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 			next = time.Second
 		}
 	}()
-	ms := make([]*control.ManagedInstance, len(managed))
+	ms := make([]*fleet.ManagedInstance, len(managed))
 	for i, m := range managed {
 		ms[i] = &m.Value
 	}
@@ -508,9 +508,9 @@ const freshFor = 30 * time.Second
 
 // retirement is an instance to terminate, and why.
 type retirement struct {
-	m          store.Item[control.ManagedInstance]
+	m          store.Item[fleet.ManagedInstance]
 	registered bool
-	ci         control.InstanceBrief
+	ci         fleet.InstanceBrief
 	reason     string
 }
 
@@ -521,7 +521,7 @@ type retirement struct {
 // pass's launches up to launchBatch a call. Failed launches of one pass
 // count once toward the capacity provider's launch backoff; a later pass
 // tries again.
-func (r *Reconciler) dispatch(ctx context.Context, cluster, cp string, retire []retirement, replacements []store.Item[control.ManagedInstance], sizes []bin, dc, dm int, now time.Time) {
+func (r *Reconciler) dispatch(ctx context.Context, cluster, cp string, retire []retirement, replacements []store.Item[fleet.ManagedInstance], sizes []bin, dc, dm int, now time.Time) {
 	launchFailed := new(sync.Once)
 	for _, t := range retire {
 		r.run(ctx, []actOn{{id: t.m.Value.ID}}, cp, "terminate instance "+t.m.Value.ID, nil, now,
@@ -530,12 +530,12 @@ func (r *Reconciler) dispatch(ctx context.Context, cluster, cp string, retire []
 	var launches []launching
 	for _, m := range replacements {
 		launches = append(launches, launching{actOn: actOn{id: m.Value.ID, a: act{launch: true}},
-			record: func() (store.Item[control.ManagedInstance], error) { return m, nil }})
+			record: func() (store.Item[fleet.ManagedInstance], error) { return m, nil }})
 	}
 	for _, b := range sizes {
 		id := newInstanceID()
 		launches = append(launches, launching{actOn: actOn{id: id, a: act{launch: true, room: bin{cpu: b.cpu - dc, mem: b.mem - dm}}},
-			record: func() (store.Item[control.ManagedInstance], error) {
+			record: func() (store.Item[fleet.ManagedInstance], error) {
 				return r.newRecord(ctx, cluster, cp, id, b.cpu, b.mem)
 			}})
 	}
@@ -566,7 +566,7 @@ type actOn struct {
 // replacement's exists, an instance for waiting tasks is recorded first.
 type launching struct {
 	actOn
-	record func() (store.Item[control.ManagedInstance], error)
+	record func() (store.Item[fleet.ManagedInstance], error)
 }
 
 // run records acts as in flight and carries them out in the background, in
@@ -688,13 +688,13 @@ func newInstanceID() string {
 }
 
 // newRecord records a managed instance to launch for waiting tasks.
-func (r *Reconciler) newRecord(ctx context.Context, cluster, cp, id string, cpu, mem int) (store.Item[control.ManagedInstance], error) {
-	m, _, err := r.Svc.NewManagedInstance(ctx, control.ManagedInstance{ID: id, Cluster: cluster,
+func (r *Reconciler) newRecord(ctx context.Context, cluster, cp, id string, cpu, mem int) (store.Item[fleet.ManagedInstance], error) {
+	m, _, err := r.Svc.NewManagedInstance(ctx, fleet.ManagedInstance{ID: id, Cluster: cluster,
 		CapacityProvider: cp, Provisioner: r.Provisioner.Name(), CPU: cpu, MemoryMiB: mem})
 	if err != nil {
-		return store.Item[control.ManagedInstance]{}, err
+		return store.Item[fleet.ManagedInstance]{}, err
 	}
-	return store.Get[control.ManagedInstance](ctx, r.Store, control.ManagedInstanceKey(cluster, m.ID))
+	return store.Get[fleet.ManagedInstance](ctx, r.Store, fleet.ManagedInstanceKey(cluster, m.ID))
 }
 
 // start asks the provisioner for recorded instances, in one call where it
@@ -703,7 +703,7 @@ func (r *Reconciler) newRecord(ctx context.Context, cluster, cp, id string, cpu,
 func (r *Reconciler) start(ctx context.Context, batch []launching) error {
 	// Records are made side by side: each is a write of its own.
 	type prepared struct {
-		it  store.Item[control.ManagedInstance]
+		it  store.Item[fleet.ManagedInstance]
 		req provision.Request
 		err error
 	}
@@ -719,7 +719,7 @@ func (r *Reconciler) start(ctx context.Context, batch []launching) error {
 	}
 	wg.Wait()
 	var errs []error
-	items := make([]store.Item[control.ManagedInstance], 0, len(batch))
+	items := make([]store.Item[fleet.ManagedInstance], 0, len(batch))
 	reqs := make([]provision.Request, 0, len(batch))
 	for i, p := range ready {
 		if p.err != nil {
@@ -729,7 +729,7 @@ func (r *Reconciler) start(ctx context.Context, batch []launching) error {
 		items, reqs = append(items, p.it), append(reqs, p.req)
 	}
 	launched := provision.LaunchAll(ctx, r.Provisioner, reqs)
-	var noted []store.Item[control.ManagedInstance]
+	var noted []store.Item[fleet.ManagedInstance]
 	handles := map[string]string{}
 	for i, it := range items {
 		if err := launched[i].Err; err != nil {
@@ -746,7 +746,7 @@ func (r *Reconciler) start(ctx context.Context, batch []launching) error {
 }
 
 // request is what the provisioner is asked for to launch m.
-func (r *Reconciler) request(ctx context.Context, m control.ManagedInstance) (provision.Request, error) {
+func (r *Reconciler) request(ctx context.Context, m fleet.ManagedInstance) (provision.Request, error) {
 	cred, err := store.Get[store.AgentCredential](ctx, r.Store, store.CredentialKey(m.AccessKeyID))
 	if err != nil {
 		return provision.Request{}, err
@@ -773,12 +773,12 @@ func (r *Reconciler) request(ctx context.Context, m control.ManagedInstance) (pr
 // while none of the records changed since they were read, else one at a
 // time. The handles must stick: without one an instance would be launched
 // twice.
-func (r *Reconciler) noteHandles(ctx context.Context, items []store.Item[control.ManagedInstance], handles map[string]string) error {
+func (r *Reconciler) noteHandles(ctx context.Context, items []store.Item[fleet.ManagedInstance], handles map[string]string) error {
 	if len(items) == 0 {
 		return nil
 	}
 	now := r.Now()
-	note := func(v control.ManagedInstance, key string) control.ManagedInstance {
+	note := func(v fleet.ManagedInstance, key string) fleet.ManagedInstance {
 		v.Handle, v.Provisioner, v.LaunchedAt = handles[key], r.Provisioner.Name(), now
 		return v
 	}
@@ -796,7 +796,7 @@ func (r *Reconciler) noteHandles(ctx context.Context, items []store.Item[control
 	var errs []error
 	for _, it := range items {
 		err := store.Retry(ctx, func() error {
-			cur, err := store.Get[control.ManagedInstance](ctx, r.Store, it.Key)
+			cur, err := store.Get[fleet.ManagedInstance](ctx, r.Store, it.Key)
 			if err != nil {
 				return err
 			}
@@ -812,7 +812,7 @@ func (r *Reconciler) noteHandles(ctx context.Context, items []store.Item[control
 
 // scaleIn drains an instance without application tasks once it has been
 // idle for the capacity provider's scaleInAfter.
-func (r *Reconciler) scaleIn(ctx context.Context, cp store.CapacityProvider, m store.Item[control.ManagedInstance], ci control.InstanceBrief, now time.Time, later func(time.Duration)) error {
+func (r *Reconciler) scaleIn(ctx context.Context, cp store.CapacityProvider, m store.Item[fleet.ManagedInstance], ci fleet.InstanceBrief, now time.Time, later func(time.Duration)) error {
 	after := DefaultScaleInAfter
 	if mip := cp.ManagedInstancesProvider; mip != nil && mip.InfrastructureOptimization != nil && mip.InfrastructureOptimization.ScaleInAfter != nil {
 		v := *mip.InfrastructureOptimization.ScaleInAfter
@@ -843,13 +843,13 @@ func (r *Reconciler) scaleIn(ctx context.Context, cp store.CapacityProvider, m s
 
 // terminate deregisters (forcing: its tasks are recorded STOPPED),
 // terminates through the provisioner and forgets the instance.
-func (r *Reconciler) terminate(ctx context.Context, m store.Item[control.ManagedInstance], registered bool, ci control.InstanceBrief, reason string) error {
+func (r *Reconciler) terminate(ctx context.Context, m store.Item[fleet.ManagedInstance], registered bool, ci fleet.InstanceBrief, reason string) error {
 	if !m.Value.Terminating {
 		m.Value.Terminating, m.Value.Reason = true, reason
 		if err := r.Svc.UpdateManagedInstance(ctx, m); err != nil {
 			return err
 		}
-		cur, err := store.Get[control.ManagedInstance](ctx, r.Store, control.ManagedInstanceKey(m.Value.Cluster, m.Value.ID))
+		cur, err := store.Get[fleet.ManagedInstance](ctx, r.Store, fleet.ManagedInstanceKey(m.Value.Cluster, m.Value.ID))
 		if err != nil {
 			return err
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/capstanhq/capstan/internal/codec"
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/fault"
+	"github.com/capstanhq/capstan/internal/servicedeploy"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -36,7 +37,7 @@ type Tasks interface {
 	// PlanTasks are the tasks of a group (stopped ones included) as
 	// planning reads them, current with every write this process made,
 	// appended to buf.
-	PlanTasks(ctx context.Context, cluster, group string, buf []Task) ([]Task, error)
+	PlanTasks(ctx context.Context, cluster, group string, buf []servicedeploy.Task) ([]servicedeploy.Task, error)
 }
 
 // taskLists are the task lists of passes, reused: a pass over a service
@@ -200,9 +201,9 @@ func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, bool,
 		requeue, err := r.expire(ctx, it, now)
 		return requeue, acted, err
 	}
-	buf, _ := taskLists.Get().(*[]Task)
+	buf, _ := taskLists.Get().(*[]servicedeploy.Task)
 	if buf == nil {
-		buf = new([]Task)
+		buf = new([]servicedeploy.Task)
 	}
 	tasks, err := r.Tasks.PlanTasks(ctx, svc.Cluster, "service:"+svc.ServiceName, *buf)
 	defer func() {
@@ -214,7 +215,7 @@ func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, bool,
 		return 0, acted, err
 	}
 	sp := spec(svc)
-	plan := Decide(sp, tasks, now)
+	plan := servicedeploy.Decide(sp, tasks, now)
 
 	var events []string
 	name := "(service " + svc.ServiceName + ")"
@@ -228,7 +229,7 @@ func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, bool,
 
 	// Stops first: they free room and resources for the starts.
 	stops := plan.Stops[:min(len(plan.Stops), stopBatch)]
-	for _, reason := range []Reason{Orphaned, Unhealthy, Draining, Replaced, ScaleIn, Deleted} {
+	for _, reason := range []servicedeploy.Reason{servicedeploy.Orphaned, servicedeploy.Unhealthy, servicedeploy.Draining, servicedeploy.Replaced, servicedeploy.ScaleIn, servicedeploy.Deleted} {
 		var batch []store.Item[store.Task]
 		var ids []string
 		for _, s := range stops {
@@ -285,7 +286,7 @@ func (r *Reconciler) step(ctx context.Context, key string) (time.Duration, bool,
 	}
 	if plan.Throttled {
 		events = append(events, fmt.Sprintf("%s is unable to consistently start tasks successfully: %d launches in a row stopped before running for %s; the next launch waits until %s.",
-			name, plan.Failures, quickExit, plan.RetryAt.UTC().Format(time.RFC3339)))
+			name, plan.Failures, servicedeploy.QuickExit, plan.RetryAt.UTC().Format(time.RFC3339)))
 		requeue = soonest(requeue, plan.RetryAt.Sub(now))
 	}
 	if plan.Stalled {
@@ -362,15 +363,15 @@ func dedupe(ss []string) []string {
 }
 
 // stopReason is the stoppedReason a service gives its tasks.
-func stopReason(r Reason, deployment string) string {
+func stopReason(r servicedeploy.Reason, deployment string) string {
 	switch r {
-	case Orphaned:
+	case servicedeploy.Orphaned:
 		return "Container instance of the task is no longer registered"
-	case Unhealthy:
+	case servicedeploy.Unhealthy:
 		return "Task failed container health checks"
-	case Draining:
+	case servicedeploy.Draining:
 		return "Container instance is draining; the task was replaced on another instance"
-	case Deleted:
+	case servicedeploy.Deleted:
 		return "Service is being deleted"
 	}
 	return "Scaling activity initiated by (deployment " + deployment + ")"
@@ -385,8 +386,8 @@ func primaryOf(svc store.Service) shapes.Deployment {
 	return shapes.Deployment{}
 }
 
-func spec(svc store.Service) Spec {
-	sp := Spec{MinimumHealthyPercent: 100, MaximumPercent: 200, Deleting: svc.Status == "DRAINING", Primary: primaryOf(svc).Id}
+func spec(svc store.Service) servicedeploy.Spec {
+	sp := servicedeploy.Spec{MinimumHealthyPercent: 100, MaximumPercent: 200, Deleting: svc.Status == "DRAINING", Primary: primaryOf(svc).Id}
 	if svc.DesiredCount != nil {
 		sp.Desired = int(*svc.DesiredCount)
 	}
@@ -409,15 +410,11 @@ func spec(svc store.Service) Spec {
 	return sp
 }
 
-// WaitingForCapacity stands for the instance of a task that waits for a
-// managed instance to be provisioned: it is pending, not orphaned.
-const WaitingForCapacity = "PROVISIONING"
-
 // settle records what the plan says about the service itself: drained
 // deployments leave the list, the primary rollout completes when the
 // service is steady, and a deleted service becomes INACTIVE once its
 // tasks have stopped.
-func settle(svc store.Service, plan Plan, tasks []Task, now time.Time) (store.Service, bool) {
+func settle(svc store.Service, plan servicedeploy.Plan, tasks []servicedeploy.Task, now time.Time) (store.Service, bool) {
 	changed := false
 	at := shapes.At(now)
 	deps := make([]shapes.Deployment, 0, len(svc.Deployments))
@@ -435,7 +432,7 @@ func settle(svc store.Service, plan Plan, tasks []Task, now time.Time) (store.Se
 		deps = append(deps, d)
 	}
 	svc.Deployments = deps
-	if svc.Status == "DRAINING" && !slices.ContainsFunc(tasks, func(t Task) bool { return t.LastStatus != "STOPPED" && t.Instance != "" }) {
+	if svc.Status == "DRAINING" && !slices.ContainsFunc(tasks, func(t servicedeploy.Task) bool { return t.LastStatus != "STOPPED" && t.Instance != "" }) {
 		svc.Status = "INACTIVE"
 		svc.InactiveAt = now
 		changed = true

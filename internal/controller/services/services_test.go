@@ -15,7 +15,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/agent/session"
 	"github.com/capstanhq/capstan/internal/agent/state"
-	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/testenv"
 )
@@ -232,7 +232,7 @@ func newRig(t *testing.T) *rig {
 func (r *rig) agent(t *testing.T) (string, *fakeEngine) {
 	t.Helper()
 	ctx := context.Background()
-	cred, err := r.srv.Service.CreateAgentCredential(ctx, &control.CreateAgentCredentialRequest{Cluster: "apps"})
+	cred, err := r.srv.Service.CreateAgentCredential(ctx, &ops.CreateAgentCredentialRequest{Cluster: "apps"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/capstanhq/capstan/internal/agent"
 	"github.com/capstanhq/capstan/internal/agent/config"
 	"github.com/capstanhq/capstan/internal/agent/daemonnet"
-	"github.com/capstanhq/capstan/internal/control"
+	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/runtime"
 	"github.com/capstanhq/capstan/internal/testenv"
 )
@@ -37,7 +37,7 @@ type Agent struct {
 // Credential mints an agent credential on the server.
 func Credential(t testing.TB, s *testenv.Server, cluster string) (key, secret string) {
 	t.Helper()
-	out, err := s.Service.CreateAgentCredential(context.Background(), &control.CreateAgentCredentialRequest{Cluster: cluster})
+	out, err := s.Service.CreateAgentCredential(context.Background(), &ops.CreateAgentCredentialRequest{Cluster: cluster})
 	if err != nil {
 		t.Fatalf("mint agent credential: %v", err)
 	}
@@ -48,7 +48,7 @@ func Credential(t testing.TB, s *testenv.Server, cluster string) (key, secret st
 // binds the instance to it, so the provider's daemons run there.
 func EnvFor(t testing.TB, s *testenv.Server, cluster, capacityProvider, dataDir string) map[string]string {
 	t.Helper()
-	out, err := s.Service.CreateAgentCredential(context.Background(), &control.CreateAgentCredentialRequest{Cluster: cluster, CapacityProvider: capacityProvider})
+	out, err := s.Service.CreateAgentCredential(context.Background(), &ops.CreateAgentCredentialRequest{Cluster: cluster, CapacityProvider: capacityProvider})
 	if err != nil {
 		t.Fatalf("mint agent credential: %v", err)
 	}
