@@ -22,7 +22,7 @@ echo "== fuzz (brief)"
 # with "context deadline exceeded" as the time runs out (go.dev/issue/75804,
 # fixed in Go 1.27). FUZZTIME overrides every budget (e.g. 2m, or 10000x).
 fuzz() { go test -run '^$' -fuzz "^$1\$" -fuzztime "${FUZZTIME:-$3}" "$2"; }
-fuzz FuzzOperations ./internal/control 90000x
+fuzz FuzzOperations ./internal/ops 90000x
 fuzz FuzzVerify ./internal/auth 120000x
 fuzz FuzzCheckTask ./internal/taskdef 1000000x
 fuzz FuzzCheckDaemon ./internal/taskdef 1000000x
