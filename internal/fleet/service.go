@@ -1,7 +1,11 @@
-// Package control implements the ECS API operations: it validates requests,
-// reads and writes objects through the store, and returns ECS-shaped
-// results. Long-running work (rollouts, placement) belongs to controllers,
-// which pick up what these operations record.
+// Package fleet is the domain both edges of the control plane work on: the
+// fleet's state in the store and an in-memory view of it (clusters,
+// instances with their free resources, the tasks and daemons on them), and
+// every decision more than one caller makes: where a task goes (placement),
+// starting and stopping tasks, daemon placements, managed-instance
+// records, applying agent reports, events and expiry. The ECS operations
+// (internal/ops), the controllers and the agent gateway call it; it calls
+// none of them.
 package fleet
 
 import (

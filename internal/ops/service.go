@@ -1,4 +1,4 @@
-// Package ecs serves the ECS API operations (and Capstan's CapstanV1
+// Package ops serves the ECS API operations (and Capstan's CapstanV1
 // extensions): each validates its request, reads and writes through the
 // fleet's state, and answers in ECS's shapes. Decisions the controllers
 // share (placement, task starts and stops, instance records, agent reports)

@@ -1,3 +1,8 @@
+// Package rollout decides a daemon deployment's next step: which instances
+// to replace in this batch, when a batch is done, what the circuit breaker,
+// the alarms and the bake time say, and when to roll back. Plan is a pure
+// function of the deployment and the World it is shown; the deployments
+// controller carries its decisions out and internal/ops previews them.
 package rollout
 
 import (

@@ -1,3 +1,8 @@
+// Package servicedeploy decides a service deployment's next step: which
+// tasks to start and stop to keep desiredCount running within the minimum
+// healthy and maximum percents, start before stop, and when repeated quick
+// failures throttle launches. Decide is a pure function of the service and
+// its tasks; the services controller carries its plans out.
 package servicedeploy
 
 import (

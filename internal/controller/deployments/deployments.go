@@ -3,8 +3,8 @@
 // run the target revision (managed instances are drained and replaced by
 // new ones, hand-started instances change in place), watches the circuit
 // breaker and the alarms, bakes, and rolls back towards the previous
-// revision when either trips. Plan holds the decisions; Reconcile reads
-// the fleet and carries them out.
+// revision when either trips. internal/rollout decides; Reconcile reads
+// the fleet and carries the decisions out.
 package deployments
 
 import (

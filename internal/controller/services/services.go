@@ -1,7 +1,8 @@
 // Package services keeps each ECS service's desiredCount tasks running. It
 // replaces tasks that stop, rolls deployments start-before-stop within the
 // service's deployment configuration, and moves tasks off draining
-// instances. Decide is the pure decision; Reconciler applies it.
+// instances. servicedeploy.Decide is the pure decision; Reconciler applies
+// it.
 package services
 
 import (
