@@ -177,13 +177,13 @@ func ExpireEvery(retention time.Duration) time.Duration {
 // RunExpiry deletes stopped tasks and INACTIVE instances older than
 // retention until ctx ends.
 func (s *State) RunExpiry(ctx context.Context, retention time.Duration, now func() time.Time, log *slog.Logger) {
-	t := time.NewTicker(ExpireEvery(retention))
-	defer t.Stop()
+	ticks, stop := s.expiryTicker(ExpireEvery(retention))
+	defer stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-ticks:
 		}
 		cutoff := now().Add(-retention)
 		n, err := s.ExpireStoppedTasks(ctx, cutoff)
@@ -201,4 +201,12 @@ func (s *State) RunExpiry(ctx context.Context, retention time.Duration, now func
 			log.Debug("expired INACTIVE container instances", "deleted", n, "stamped", stamped)
 		}
 	}
+}
+
+func (s *State) expiryTicker(every time.Duration) (<-chan time.Time, func()) {
+	if s.expiryTicks != nil {
+		return s.expiryTicks(every)
+	}
+	t := time.NewTicker(every)
+	return t.C, t.Stop
 }

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,13 +47,21 @@ func TestExpireEvery(t *testing.T) {
 	}
 }
 
-// RunExpiry looks on its own, a twelfth of the retention apart (5 s at
-// least), and deletes both kinds.
+// RunExpiry looks on its own, once per tick of a ticker a twelfth of the
+// retention apart (5 s at least, see TestExpireEvery), never before the
+// first tick, and deletes both kinds.
 func TestRunExpiry(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := openStore(t)
 	s := New(Config{Store: st, Region: "us-east-1", AccountID: "123456789012"})
+	// Unbuffered: a send is taken only by a RunExpiry waiting for its tick.
+	ticks := make(chan time.Time)
+	asked := make(chan time.Duration, 1)
+	s.expiryTicks = func(every time.Duration) (<-chan time.Time, func()) {
+		asked <- every
+		return ticks, func() {}
+	}
 	stopped := time.Now().Add(-time.Hour)
 	task := store.Task{ID: NewInstanceID(), Cluster: "c", InstanceID: NewInstanceID(), Kind: protocol.KindService}
 	task.LastStatus, task.StoppedAt = "STOPPED", shapes.At(stopped)
@@ -61,22 +70,60 @@ func TestRunExpiry(t *testing.T) {
 	if _, err := st.Txn().Create(store.TaskKey("c", task.ID), task).Create(store.ContainerInstanceKey("c", ci.ID), ci).Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// A look is a call of now: RunExpiry takes the cutoff once a pass.
+	var looks atomic.Int32
+	now := func() time.Time { looks.Add(1); return time.Now() }
 	done := make(chan struct{})
-	go func() { defer close(done); s.RunExpiry(ctx, time.Minute, time.Now, slog.New(slog.DiscardHandler)) }()
+	go func() {
+		defer close(done)
+		s.RunExpiry(ctx, 12*time.Minute, now, slog.New(slog.DiscardHandler))
+	}()
+	select {
+	case every := <-asked:
+		if every != time.Minute {
+			t.Fatalf("RunExpiry ticks every %s with a retention of 12 min, want a twelfth: 1m0s", every)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("RunExpiry asked for no ticker in 20 s")
+	}
+	tick := func(n int) {
+		t.Helper()
+		select {
+		case ticks <- time.Now():
+		case <-time.After(20 * time.Second):
+			t.Fatalf("RunExpiry did not wait for tick %d in 20 s", n)
+		}
+	}
+	count := func(prefix string) int {
+		t.Helper()
+		n, err := st.Count(ctx, prefix)
+		if err != nil {
+			t.Fatalf("count %s: %v", prefix, err)
+		}
+		return n
+	}
+	if nt, ni := count("tasks/c/"), count("containerinstances/c/"); nt != 1 || ni != 1 {
+		t.Fatalf("before the first tick: %d tasks and %d instances, want 1 of each", nt, ni)
+	}
+	tick(1)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		nt, _ := st.Count(ctx, "tasks/c/")
-		ni, _ := st.Count(ctx, "containerinstances/c/")
+		nt, ni := count("tasks/c/"), count("containerinstances/c/")
 		if nt == 0 && ni == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 20 s: %d tasks and %d instances left, want none", nt, ni)
+			t.Fatalf("20 s after a tick: %d tasks and %d instances left, want none", nt, ni)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
+	tick(2)
+	tick(3)
 	cancel()
 	<-done
+	if n := looks.Load(); n != 3 {
+		t.Fatalf("RunExpiry looked %d times for 3 ticks, want once a tick", n)
+	}
 }
 
 // A report that stops a task without saying when is dated by the server,

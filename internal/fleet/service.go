@@ -68,6 +68,10 @@ type State struct {
 
 	AlarmSource      bool
 	ProgressDeadline time.Duration
+
+	// expiryTicks, when set (tests), stands in for RunExpiry's ticker of
+	// the given interval: its looks are counted tick by tick.
+	expiryTicks func(every time.Duration) (<-chan time.Time, func())
 }
 
 // New returns a Service.
