@@ -3,6 +3,7 @@ package ops_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -328,14 +329,32 @@ func TestSupersededDeploymentsStop(t *testing.T) {
 			t.Fatalf("stopped deployment without reason/time: %+v", d)
 		}
 	}
-	stopped, err := f.c.ListDaemonDeployments(ctx, &ecs.ListDaemonDeploymentsInput{DaemonArn: created.DaemonArn,
-		Status: []types.DaemonDeploymentStatus{types.DaemonDeploymentStatusSuccessful}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range stopped.DaemonDeployments {
-		if d.Status != types.DaemonDeploymentStatusSuccessful {
-			t.Fatalf("status filter returned %s", d.Status)
+	// A status filter returns exactly the deployments of that status, in
+	// the same order; SUCCESSFUL holds the latest at least.
+	for _, status := range []types.DaemonDeploymentStatus{types.DaemonDeploymentStatusSuccessful, types.DaemonDeploymentStatusStopped} {
+		var want []string
+		for _, d := range all {
+			if d.Status == status {
+				want = append(want, aws.ToString(d.DaemonDeploymentArn))
+			}
+		}
+		if status == types.DaemonDeploymentStatusSuccessful && (len(want) == 0 || want[0] != last) {
+			t.Fatalf("SUCCESSFUL deployments %v do not start with the latest %s", want, last)
+		}
+		filtered, err := f.c.ListDaemonDeployments(ctx, &ecs.ListDaemonDeploymentsInput{DaemonArn: created.DaemonArn,
+			Status: []types.DaemonDeploymentStatus{status}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range filtered.DaemonDeployments {
+			if d.Status != status {
+				t.Fatalf("status filter %s returned %s", status, d.Status)
+			}
+			got = append(got, aws.ToString(d.DaemonDeploymentArn))
+		}
+		if !slices.Equal(got, want) || filtered.NextToken != nil {
+			t.Fatalf("status filter %s: %v (token %v), want %v", status, got, filtered.NextToken, want)
 		}
 	}
 }
