@@ -63,7 +63,7 @@ var agentCred = auth.Credential{AccessKeyID: "AKIDAGENTTEST", SecretAccessKey: "
 // every attempt is register's.
 func startControl(t *testing.T, cp *controlPlane) (config.Config, *ecs.Client) {
 	t.Helper()
-	h := api.NewHandler(&auth.Verifier{Lookup: auth.NewStaticLookup(agentCred)}, func(auth.Principal, string) error { return nil }, discard)
+	h := api.NewHandler(&auth.Verifier{Lookup: auth.NewStaticLookup(agentCred)}, func(context.Context, auth.Principal, string, any) (api.Checked, error) { return api.Checked{}, nil }, discard)
 	api.Register(h, "RegisterContainerInstance", func(_ context.Context, req *shapes.RegisterContainerInstanceRequest) (*shapes.RegisterContainerInstanceResponse, error) {
 		cp.mu.Lock()
 		cp.reqs = append(cp.reqs, *req)

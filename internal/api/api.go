@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -40,12 +41,37 @@ type Verifier interface {
 	Verify(ctx context.Context, r *http.Request, body []byte) (auth.Principal, error)
 }
 
-// Authorizer decides whether a caller may call an operation; nil allows
-// admins everything and agents nothing.
-type Authorizer func(p auth.Principal, operation string) error
+// Authorizer decides whether a caller may call an operation with the
+// decoded request req (a pointer to the operation's input). It returns what
+// it checked, for the audit trail, also when it refuses.
+type Authorizer func(ctx context.Context, p auth.Principal, operation string, req any) (Checked, error)
+
+// Checked is what an authorization looked at: the IAM action and the
+// resources it was checked against.
+type Checked struct {
+	Action    string
+	Resources []string
+}
+
+// Record is one call as the audit trail keeps it: who, from where, what,
+// and how it ended. ErrorCode is empty for a call that succeeded.
+type Record struct {
+	Time        time.Time
+	RequestID   string
+	Principal   auth.Principal // zero when authentication failed
+	AccessKeyID string         // as the signature claimed it
+	SourceIP    string
+	UserAgent   string
+	Operation   string
+	Checked
+	ReadOnly     bool
+	ErrorCode    string
+	ErrorMessage string
+}
 
 type operation struct {
-	call func(ctx context.Context, body []byte) (any, error)
+	decode func(body []byte) (any, error)
+	call   func(ctx context.Context, req any) (any, error)
 }
 
 // Handler serves the ECS API on POST /.
@@ -59,6 +85,9 @@ type Handler struct {
 	// readOnly says the operation only reads (Describe*, List*, Get*,
 	// Preview*).
 	Scope func(ctx context.Context, p auth.Principal, readOnly bool) context.Context
+	// Audit, when set, is given every call once it is answered; it must not
+	// block.
+	Audit func(Record)
 }
 
 // ReadOnly reports whether an operation name only reads.
@@ -80,11 +109,12 @@ func NewHandler(v Verifier, authorize Authorizer, log *slog.Logger) *Handler {
 }
 
 // AdminOnly lets the administrator do everything and nobody else anything.
-func AdminOnly(p auth.Principal, op string) error {
+func AdminOnly(_ context.Context, p auth.Principal, op string, _ any) (Checked, error) {
+	c := Checked{Action: "ecs:" + op, Resources: []string{"*"}}
 	if p.Role == auth.RoleAdmin {
-		return nil
+		return c, nil
 	}
-	return fault.Denied("credential %s (role %s) is not allowed to call %s", p.AccessKeyID, p.Role, op)
+	return c, fault.Denied("credential %s (role %s) is not allowed to call %s", p.AccessKeyID, p.Role, op)
 }
 
 type checker interface {
@@ -105,25 +135,30 @@ func RegisterExtension[Req, Resp any](h *Handler, name string, fn func(context.C
 }
 
 func typed[Req, Resp any](fn func(context.Context, *Req) (*Resp, error)) operation {
-	return operation{call: func(ctx context.Context, body []byte) (any, error) {
-		req := new(Req)
-		if err := decode(body, req); err != nil {
-			return nil, err
-		}
-		if c, ok := any(req).(checker); ok {
-			if v := c.Check(""); v != nil {
-				return nil, fault.Invalid(v.Field, "%s", v.Rule)
+	return operation{
+		decode: func(body []byte) (any, error) {
+			req := new(Req)
+			if err := decode(body, req); err != nil {
+				return nil, err
 			}
-		}
-		resp, err := fn(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return struct{}{}, nil
-		}
-		return resp, nil
-	}}
+			if c, ok := any(req).(checker); ok {
+				if v := c.Check(""); v != nil {
+					return nil, fault.Invalid(v.Field, "%s", v.Rule)
+				}
+			}
+			return req, nil
+		},
+		call: func(ctx context.Context, req any) (any, error) {
+			resp, err := fn(ctx, req.(*Req))
+			if err != nil {
+				return nil, err
+			}
+			if resp == nil {
+				return struct{}{}, nil
+			}
+			return resp, nil
+		},
+	}
 }
 
 // Operations lists the registered ECS operation names.
@@ -156,7 +191,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("x-amzn-RequestId", id)
 	target := r.Header.Get("X-Amz-Target")
 	op := target[strings.LastIndexByte(target, '.')+1:]
-	status, code := h.serve(w, r, op, target)
+	rec := Record{Time: start, RequestID: id, Operation: op, ReadOnly: ReadOnly(op), SourceIP: sourceIP(r), UserAgent: r.UserAgent(),
+		AccessKeyID: auth.ClaimedKeyID(r)}
+	status, e := h.serve(w, r, op, target, &rec)
+	code := e.code
 	label := op
 	if _, ok := h.ops[target]; !ok {
 		label = "unknown"
@@ -167,9 +205,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		h.log.Debug("api request", "op", op, "status", status, "code", code, "request_id", id, "duration", time.Since(start))
 	}
+	if h.Audit != nil {
+		rec.ErrorCode, rec.ErrorMessage = code, e.message
+		h.Audit(rec)
+	}
 }
 
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, op, target string) (int, string) {
+// sourceIP is the client's address without its port.
+func sourceIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, op, target string, rec *Record) (int, wireError) {
 	if r.Method != http.MethodPost {
 		return h.fail(w, wireError{http.StatusMethodNotAllowed, "UnknownOperationException", "the ECS API accepts POST / only"})
 	}
@@ -189,6 +240,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, op, target strin
 		h.log.Error("authenticate", "err", err)
 		return h.fail(w, wireError{500, "ServerException", "could not authenticate the request"})
 	}
+	rec.Principal, rec.AccessKeyID = p, p.AccessKeyID
 	o, ok := h.ops[target]
 	if !ok {
 		if target == "" {
@@ -196,14 +248,20 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, op, target strin
 		}
 		return h.fail(w, wireError{400, "UnknownOperationException", fmt.Sprintf("operation %q is not supported", target)})
 	}
-	if err := h.authorize(p, op); err != nil {
+	req, err := o.decode(body)
+	if err != nil {
 		return h.fail(w, toWire(err, h.log))
 	}
 	ctx := WithCaller(r.Context(), p)
+	checked, err := h.authorize(ctx, p, op, req)
+	rec.Checked = checked
+	if err != nil {
+		return h.fail(w, toWire(err, h.log))
+	}
 	if h.Scope != nil {
 		ctx = h.Scope(ctx, p, ReadOnly(op))
 	}
-	resp, err := o.call(ctx, body)
+	resp, err := o.call(ctx, req)
 	if err != nil {
 		return h.fail(w, toWire(err, h.log))
 	}
@@ -215,7 +273,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, op, target strin
 	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
 	w.WriteHeader(http.StatusOK)
 	w.Write(out)
-	return 200, ""
+	return 200, wireError{}
 }
 
 type wireError struct {
@@ -224,13 +282,13 @@ type wireError struct {
 	message string
 }
 
-func (h *Handler) fail(w http.ResponseWriter, e wireError) (int, string) {
+func (h *Handler) fail(w http.ResponseWriter, e wireError) (int, wireError) {
 	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
 	w.Header().Set("X-Amzn-ErrorType", e.code)
 	w.WriteHeader(e.status)
 	b, _ := json.Marshal(map[string]string{"__type": e.code, "message": e.message})
 	w.Write(b)
-	return e.status, e.code
+	return e.status, e
 }
 
 // toWire maps a classified error to its ECS name and status; this is the one

@@ -13,8 +13,9 @@ import (
 type Role string
 
 const (
-	RoleAdmin Role = "admin"
+	RoleAdmin Role = "admin" // the account's root
 	RoleAgent Role = "agent"
+	RoleUser  Role = "user" // an IAM user: what it may do is its policies'
 )
 
 // Credential is an access key pair known to the server.
@@ -23,6 +24,8 @@ type Credential struct {
 	SecretAccessKey string
 	Role            Role
 	InstanceID      string // set for agent credentials
+	UserName        string // set for user credentials
+	ARN             string // the identity's ARN (root, user), when known
 }
 
 // String and GoString keep the secret out of logs and %v/%#v output.
@@ -37,6 +40,8 @@ type Principal struct {
 	AccessKeyID string
 	Role        Role
 	InstanceID  string // set for agent credentials, may be empty
+	UserName    string // set for users
+	ARN         string // the identity's ARN (arn:aws:iam::ACCOUNT:root or :user/NAME), when known
 	Region      string // from the signature's credential scope; any region is accepted
 }
 

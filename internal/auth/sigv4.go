@@ -82,7 +82,19 @@ func (v *Verifier) Verify(ctx context.Context, r *http.Request, body []byte) (Pr
 	if !hmac.Equal([]byte(want), []byte(c.signature)) {
 		return Principal{}, errMismatch()
 	}
-	return Principal{AccessKeyID: cred.AccessKeyID, Role: cred.Role, InstanceID: cred.InstanceID, Region: c.region}, nil
+	return Principal{AccessKeyID: cred.AccessKeyID, Role: cred.Role, InstanceID: cred.InstanceID, UserName: cred.UserName, ARN: cred.ARN,
+		Region: c.region}, nil
+}
+
+// ClaimedKeyID is the access key ID a request's signature names, verified
+// or not ("" when it names none): what the audit trail records for a call
+// that failed authentication.
+func ClaimedKeyID(r *http.Request) string {
+	c, err := parseClaim(r)
+	if err != nil {
+		return ""
+	}
+	return c.accessKeyID
 }
 
 func (v *Verifier) service() string {

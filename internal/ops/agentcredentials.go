@@ -12,14 +12,15 @@ import (
 
 // Authorize lets admins do everything and agents only what an instance
 // needs for itself.
-func Authorize(p auth.Principal, op string) error {
+func Authorize(_ context.Context, p auth.Principal, op string, _ any) (api.Checked, error) {
+	c := api.Checked{Action: "ecs:" + op, Resources: []string{"*"}}
 	switch {
 	case p.Role == auth.RoleAdmin:
-		return nil
+		return c, nil
 	case p.Role == auth.RoleAgent && agentOperations[op]:
-		return nil
+		return c, nil
 	}
-	return fault.Denied("credential %s (role %s) is not allowed to call %s", p.AccessKeyID, p.Role, op)
+	return c, fault.Denied("credential %s (role %s) is not allowed to call %s", p.AccessKeyID, p.Role, op)
 }
 
 // CreateAgentCredentialRequest asks for a credential agents of a cluster
