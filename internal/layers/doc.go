@@ -13,17 +13,19 @@ var Layers = [][][]string{
 	// interface and the other leaves both sides build on.
 	{{"internal/api/...", "internal/auth", "internal/alarms", "internal/codec", "internal/coverage", "internal/cpus",
 		"internal/events", "internal/fault", "internal/link", "internal/protocol", "internal/provision",
-		"internal/runtime/...", "internal/store", "internal/taskdef"}},
+		"internal/runtime/...", "internal/store", "internal/taskdef", "internal/iam/policy"}},
 	// The pure plans of the domain: a daemon rollout, a service deployment.
 	{{"internal/rollout"}, {"internal/servicedeploy"}},
 	// The fleet's state and every decision on it that more than one edge
 	// makes: placement, task starts and stops, instance records, agent
-	// reports, events.
-	{{"internal/fleet"}},
+	// reports, events. Beside it the identities and their policies (iam)
+	// and the audit trail.
+	{{"internal/fleet"}, {"internal/iam"}, {"internal/audit"}},
 	// The edges, each calling the domain and none another: the ECS
-	// operations, the reconcilers, the agent sessions; the agent and the
-	// client live apart from the server entirely.
-	{{"internal/ops"}, {"internal/controller/..."}, {"internal/gateway"}, {"internal/agent/..."}, {"internal/cli"}},
+	// operations, the IAM and STS operations, the reconcilers, the agent
+	// sessions; the agent and the client live apart from the server
+	// entirely.
+	{{"internal/ops"}, {"internal/iamapi"}, {"internal/controller/..."}, {"internal/gateway"}, {"internal/agent/..."}, {"internal/cli"}},
 	// What starts agents for the server.
 	{{"internal/provision/local"}, {"internal/provision/sim"}},
 	// Assembly: the control plane, the dev cluster, the test harness.
