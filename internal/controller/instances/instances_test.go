@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -404,7 +405,13 @@ func TestRetiredInstancesAgentStops(t *testing.T) {
 	ctx := context.Background()
 	c, prov, srv := simFleet(t)
 	instances, _ := runAndWait(t, c, prov, "small", 1, 128, 128)
+	accepted, refused := registrations(t, srv)
+	if accepted == 0 {
+		t.Fatalf("no RegisterContainerInstance counted for the running instance (%d refused)", refused)
+	}
+	var arns []string
 	for arn := range instances {
+		arns = append(arns, arn)
 		if _, err := c.DeregisterContainerInstance(ctx, &ecs.DeregisterContainerInstanceInput{Cluster: aws.String("sim"),
 			ContainerInstance: aws.String(arn), Force: aws.Bool(true)}); err != nil {
 			t.Fatal(err)
@@ -417,11 +424,46 @@ func TestRetiredInstancesAgentStops(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for _, line := range strings.Split(srv.Metrics(t), "\n") {
-		if strings.HasPrefix(line, "capstan_api_requests_total{") && strings.Contains(line, `operation="RegisterContainerInstance"`) && !strings.Contains(line, `code=""`) {
-			t.Errorf("the retired instance's agent tried to register again: %s", line)
+	// No registration since, refused or accepted.
+	if a, r := registrations(t, srv); a != accepted || r != refused {
+		t.Errorf("the retired instance's agent registered again: %d accepted, %d refused", a-accepted, r-refused)
+	}
+	// And none left a live instance: the deregistered one stays INACTIVE.
+	live, err := c.ListContainerInstances(ctx, &ecs.ListContainerInstancesInput{Cluster: aws.String("sim")})
+	if err != nil || len(live.ContainerInstanceArns) != 0 {
+		t.Fatalf("live container instances after retirement: %v (%v), want none", live, err)
+	}
+	out, err := c.DescribeContainerInstances(ctx, &ecs.DescribeContainerInstancesInput{Cluster: aws.String("sim"), ContainerInstances: arns})
+	if err != nil || len(out.ContainerInstances) != len(arns) {
+		t.Fatalf("describe the retired instances: %+v %v", out, err)
+	}
+	for _, ci := range out.ContainerInstances {
+		if s := aws.ToString(ci.Status); s != "INACTIVE" {
+			t.Errorf("retired instance %s is %s, want INACTIVE", aws.ToString(ci.ContainerInstanceArn), s)
 		}
 	}
+}
+
+// registrations counts the server's RegisterContainerInstance requests,
+// accepted (no error code) and refused.
+func registrations(t *testing.T, srv *testenv.Server) (accepted, refused int) {
+	t.Helper()
+	for _, line := range strings.Split(srv.Metrics(t), "\n") {
+		if !strings.HasPrefix(line, "capstan_api_requests_total{") || !strings.Contains(line, `operation="RegisterContainerInstance"`) {
+			continue
+		}
+		_, v, _ := strings.Cut(line, "} ")
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		if strings.Contains(line, `code=""`) {
+			accepted += int(n)
+		} else {
+			refused += int(n)
+		}
+	}
+	return accepted, refused
 }
 
 // bigTaskServer starts a server whose sim provisioner (boot delay given)
