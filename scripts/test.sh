@@ -26,4 +26,5 @@ fuzz FuzzOperations ./internal/ops 90000x
 fuzz FuzzVerify ./internal/auth 120000x
 fuzz FuzzCheckTask ./internal/taskdef 1000000x
 fuzz FuzzCheckDaemon ./internal/taskdef 1000000x
+fuzz FuzzParse ./internal/iam/policy 200000x
 echo "== all tests passed"

@@ -3,12 +3,14 @@ package policy
 import (
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Evaluate decides req against policies with IAM's logic: an explicit Deny
 // in any statement that applies wins; otherwise any Allow that applies
 // allows; otherwise the request is implicitly denied. Every statement is
-// looked at, so Matches lists all that applied.
+// looked at, so Matches lists all that applied. Evaluate only reads the
+// documents, so they may be shared between goroutines.
 func Evaluate(policies []Named, req Request) Result {
 	var res Result
 	ctx := lookup{raw: req.Context}
@@ -19,7 +21,7 @@ func Evaluate(policies []Named, req Request) Result {
 		vars := pol.Doc.Version == Version2012
 		for i := range pol.Doc.Statements {
 			s := &pol.Doc.Statements[i]
-			if !s.applies(&req, &ctx, vars) {
+			if s.Effect != "Allow" && s.Effect != "Deny" || !s.applies(&req, &ctx, vars) {
 				continue
 			}
 			res.Matches = append(res.Matches, Match{Policy: pol.Name, Statement: i, Sid: s.Sid, Effect: s.Effect})
@@ -35,6 +37,9 @@ func Evaluate(policies []Named, req Request) Result {
 }
 
 func (s *Statement) applies(req *Request, ctx *lookup, vars bool) bool {
+	if (s.Action == nil) == (s.NotAction == nil) || (s.Resource == nil) == (s.NotResource == nil) {
+		return s.Effect == "Deny" // malformed by hand: fail closed
+	}
 	if s.Action != nil {
 		if !anyAction(s.Action, req.Action) {
 			return false
@@ -83,51 +88,59 @@ func anyResource(patterns []string, resource string, ctx *lookup, vars bool) boo
 	return false
 }
 
-// lookup finds request context keys without regard to case.
+// lookup finds request context keys without regard to case, with the
+// Unicode simple folding strings.EqualFold uses.
 type lookup struct {
 	raw    map[string][]string
-	folded map[string][]string // built on first use, unless raw is already lower case
+	pairs  [scanMax]pair       // small contexts, scanned: cheaper than folding keys
+	n      int                 // pairs in use
+	folded map[string][]string // large contexts: by foldKey
+	ready  bool
 }
+
+type pair struct {
+	key   string
+	vals  []string
+	ascii bool
+}
+
+const scanMax = 16
 
 func (l *lookup) get(key string) []string {
-	if l.folded == nil {
-		l.fold()
-	}
-	var buf [64]byte
-	k := append(buf[:0], key...)
-	for i, c := range k {
-		k[i] = lower(c)
-	}
-	if v, ok := l.folded[string(k)]; ok {
-		return v
-	}
-	if isASCII(key) {
-		return nil
-	}
-	return l.folded[strings.ToLower(key)]
-}
-
-func (l *lookup) fold() {
-	clean := true
-	for k := range l.raw {
-		if strings.ToLower(k) != k {
-			clean = false
-			break
+	if !l.ready {
+		l.ready = true
+		if len(l.raw) <= scanMax {
+			for k, v := range l.raw {
+				l.pairs[l.n] = pair{k, v, isASCII(k)}
+				l.n++
+			}
+		} else {
+			l.folded = make(map[string][]string, len(l.raw))
+			for k, v := range l.raw {
+				fk := foldKey(k)
+				l.folded[fk] = append(l.folded[fk][:len(l.folded[fk]):len(l.folded[fk])], v...)
+			}
 		}
 	}
-	if clean {
-		l.folded = l.raw
-		if l.folded == nil {
-			l.folded = map[string][]string{}
+	if l.folded != nil {
+		return l.folded[foldKey(key)]
+	}
+	ascii := isASCII(key)
+	var out []string
+	n := 0
+	for _, p := range l.pairs[:l.n] {
+		// ASCII strings of different lengths never fold together.
+		if ascii && p.ascii && len(p.key) != len(key) || !strings.EqualFold(p.key, key) {
+			continue
 		}
-		return
+		if n == 0 {
+			out = p.vals
+		} else { // keys differing only in case are one key
+			out = append(out[:len(out):len(out)], p.vals...)
+		}
+		n++
 	}
-	l.folded = make(map[string][]string, len(l.raw))
-	for k, v := range l.raw {
-		lk := strings.ToLower(k)
-		// Keys differing only in case are one key: their values join.
-		l.folded[lk] = append(l.folded[lk][:len(l.folded[lk]):len(l.folded[lk])], v...)
-	}
+	return out
 }
 
 func isASCII(s string) bool {
@@ -137,6 +150,21 @@ func isASCII(s string) bool {
 		}
 	}
 	return true
+}
+
+// foldKey maps every rune to the least rune of its case-folding orbit, so
+// foldKey(a) == foldKey(b) exactly when strings.EqualFold(a, b).
+func foldKey(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
 }
 
 // holds evaluates one condition. A condition that does not parse (possible

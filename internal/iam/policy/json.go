@@ -45,6 +45,9 @@ func decodeValue(dec *json.Decoder, depth int, path string) (*node, error) {
 			return nil, &Error{Rule: "invalid JSON: nested too deeply"}
 		}
 		if t == '{' {
+			if path == "Statement" {
+				path = "Statement[0]" // as a single statement's errors are named
+			}
 			n := &node{kind: 'o'}
 			for dec.More() {
 				kt, err := dec.Token()

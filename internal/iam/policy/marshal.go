@@ -8,7 +8,7 @@ import (
 // MarshalJSON writes d as a policy document that Parse reads back to an
 // equal Document: lists are always lists, and condition values are strings
 // (IAM reads numbers and booleans from strings alike).
-func (d *Document) MarshalJSON() ([]byte, error) {
+func (d Document) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(`{"Version":`)
 	str(&b, d.Version)
@@ -97,4 +97,18 @@ func list(b *bytes.Buffer, name string, ss []string) {
 	b.WriteString(name)
 	b.WriteString(`":`)
 	strs(b, ss)
+}
+
+// UnmarshalJSON parses a policy document with Parse, so a Document held in
+// a larger JSON value is validated as it is read. JSON null leaves d as is.
+func (d *Document) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		return nil
+	}
+	p, err := Parse(b)
+	if err != nil {
+		return err
+	}
+	*d = *p
+	return nil
 }

@@ -113,12 +113,11 @@ func scanVar(s string, start int) (policyVar, string) {
 	}
 	key := strings.TrimSpace(s[i : i+end])
 	i += end
-	if key == "" || strings.ContainsAny(key, " \t\n\r'${") {
-		return v, bad
-	}
 	v.key = key
 	if key == "*" || key == "?" || key == "$" {
 		v.literal = key
+	} else if key == "" || strings.ContainsAny(key, " \t\n\r'${") {
+		return v, bad
 	}
 	if s[i] == ',' {
 		if v.literal != "" {
@@ -165,11 +164,8 @@ func scanVar(s string, start int) (policyVar, string) {
 // variable has no single value and no default: IAM then treats the pattern
 // as matching nothing.
 func expand(p string, ctx *lookup) (out string, ok bool) {
-	vars, rule := scanVars(p)
-	if rule != "" {
-		return "", false
-	}
 	var b strings.Builder
+	b.Grow(len(p) + 16)
 	quote := func(s string, wild bool) {
 		for i := 0; i < len(s); i++ {
 			c := s[i]
@@ -180,7 +176,15 @@ func expand(p string, ctx *lookup) (out string, ok bool) {
 		}
 	}
 	at := 0
-	for _, v := range vars {
+	for {
+		j := strings.Index(p[at:], "${")
+		if j < 0 {
+			break
+		}
+		v, rule := scanVar(p, at+j)
+		if rule != "" {
+			return "", false
+		}
 		quote(p[at:v.start], true)
 		at = v.end
 		switch {

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"strings"
+	"unicode"
 )
 
 // Parse validates and parses a JSON policy document. Errors are *Error.
@@ -42,11 +43,15 @@ func Parse(b []byte) (*Document, error) {
 		return nil, &Error{Path: "Statement", Rule: "is required"}
 	}
 	list := []*node{stmts}
-	if stmts.kind == 'a' {
+	switch stmts.kind {
+	case 'o':
+	case 'a':
 		if len(stmts.items) == 0 {
 			return nil, &Error{Path: "Statement", Rule: "must not be empty"}
 		}
 		list = stmts.items
+	default:
+		return nil, &Error{Path: "Statement", Rule: "must be an object or a list, not " + stmts.kindName()}
 	}
 	sids := map[string]int{}
 	for i, sn := range list {
@@ -275,4 +280,16 @@ func parseValues(n *node, path string, op operator, version string) ([]string, e
 		out[i] = it.text
 	}
 	return out, nil
+}
+
+// Size is a document's size as IAM counts it against MaxManagedSize and
+// MaxUserInlineSize: its characters other than whitespace.
+func Size(b []byte) int {
+	n := 0
+	for _, r := range string(b) {
+		if !unicode.IsSpace(r) {
+			n++
+		}
+	}
+	return n
 }

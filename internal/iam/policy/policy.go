@@ -24,8 +24,11 @@ const (
 	Version2008 = "2008-10-17"
 )
 
-// Document is a parsed, validated policy document. Build it with Parse: a
-// Document assembled by hand is evaluated as written but never validated.
+// Document is a parsed, validated policy document. Build it with Parse (or
+// UnmarshalJSON). A Document assembled by hand is not validated; Evaluate
+// fails closed on what it cannot read (a statement without exactly one of
+// Action/NotAction and of Resource/NotResource, or a condition that does not
+// parse, applies if it is a Deny and not if it is an Allow).
 type Document struct {
 	Version    string // Version2012 or Version2008 (the default when absent)
 	ID         string // the optional "Id" element
