@@ -427,7 +427,7 @@ func (s *State) placeWaitingOn(ctx context.Context, cluster string, c *candidate
 		*cur.Version++
 		desired := protocol.Task{Arn: cur.TaskArn, ClusterArn: cur.ClusterArn, ContainerInstanceArn: ci.ContainerInstanceArn, Kind: cur.Kind,
 			Group: cur.Group, StartedBy: cur.StartedBy, DesiredStatus: "RUNNING", Definition: *p.def, Overrides: cur.Overrides,
-			Tags: cur.Tags, CreatedAt: cur.CreatedAt.Time, Version: *cur.Version}
+			Tags: cur.Tags, HostAccess: cur.HostAccess, CreatedAt: cur.CreatedAt.Time, Version: *cur.Version}
 		tx.Update(it.Key, it.Rev, cur).Create(store.DesiredKey(cluster, ci.ID, cur.ID), desired)
 		n++
 	}

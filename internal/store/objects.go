@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
@@ -241,6 +242,9 @@ type Task struct {
 	Reserved *Reservation `json:"capstanReserved,omitempty"`
 	// StateSeq is the agent's sequence of the last state written.
 	StateSeq uint64 `json:"capstanStateSeq,omitempty"`
+	// HostAccess is the grant of the host access its definition asks for,
+	// given by an authorized API call (protocol.Task.HostAccess).
+	HostAccess bool `json:"capstanHostAccess,omitempty"`
 }
 
 // AgentCredential is a credential minted for agents. It binds to the first
@@ -288,6 +292,9 @@ type Service struct {
 	// InactiveAt is when the service became INACTIVE; the record is removed
 	// a while later.
 	InactiveAt time.Time `json:"capstanInactiveAt,omitzero"`
+	// HostAccess is the grant its tasks get: set by the authorized
+	// CreateService or UpdateService that chose its task definition.
+	HostAccess bool `json:"capstanHostAccess,omitempty"`
 }
 
 // ServiceEvents are a service's most recent events, newest first.
@@ -299,3 +306,16 @@ type ServiceEvents struct {
 // oldest first; they live on shared leases and expire on their own.
 func EventPrefix(cluster string) string  { return "events/" + cluster + "/" }
 func EventKey(cluster, id string) string { return EventPrefix(cluster) + id }
+
+// IAM identities and their policies (internal/iam). IAM names are unique
+// regardless of case, so keys carry the lower-cased name and the records
+// the name as it was created.
+
+func IAMUserPrefix() string               { return "iam/users/" }
+func IAMUserKey(name string) string       { return IAMUserPrefix() + strings.ToLower(name) }
+func IAMGroupPrefix() string              { return "iam/groups/" }
+func IAMGroupKey(name string) string      { return IAMGroupPrefix() + strings.ToLower(name) }
+func IAMPolicyPrefix() string             { return "iam/policies/" }
+func IAMPolicyKey(name string) string     { return IAMPolicyPrefix() + strings.ToLower(name) }
+func IAMAccessKeyPrefix() string          { return "iam/accesskeys/" }
+func IAMAccessKeyKey(keyID string) string { return IAMAccessKeyPrefix() + keyID }

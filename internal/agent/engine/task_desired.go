@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/taskdef"
 )
 
 func (t *task) onDesired(m msgDesired) {
@@ -41,6 +42,12 @@ func (t *task) onDesired(m msgDesired) {
 // keeping any already known from labels.
 func (t *task) define(d protocol.Task) {
 	t.def = applyOverrides(d.Definition, d.Overrides)
+	if d.Kind != protocol.KindDaemon && !d.HostAccess {
+		var removed []string
+		if t.def, removed = taskdef.WithoutHostAccess(t.def); len(removed) > 0 {
+			t.e.log.Warn("task runs without the host access the server did not grant", "task", t.arn, "removed", removed)
+		}
+	}
 	t.hasDef = true
 	t.admitKind = d.Kind
 	t.need = taskNeed(&t.def)
