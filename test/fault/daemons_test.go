@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,5 +142,12 @@ func TestBadDaemonRevision(t *testing.T) {
 	next := f.updateDaemon(fixed)
 	f.converge("good revision superseding a bad rollout", scaled(rolloutDeadline), f.ended(next, types.DaemonDeploymentStatusSuccessful, fixed))
 	f.verify("good revision superseding a bad rollout")
-	t.Logf("superseded deployment: %s (%s)", f.deployment(dep).Status, aws.ToString(f.deployment(dep).StatusReason))
+	// A newer UpdateDaemon stops an in-flight deployment (docs/daemons.md,
+	// States): STOPPED, saying so, with its stop time and no finish.
+	d = f.deployment(dep)
+	if d.Status != types.DaemonDeploymentStatusStopped || !strings.HasPrefix(aws.ToString(d.StatusReason), "Superseded by") ||
+		d.StoppedAt == nil || d.FinishedAt != nil {
+		t.Errorf("superseded deployment: %s (%q), stopped at %v, finished at %v; want STOPPED, superseded, a stop time and no finish",
+			d.Status, aws.ToString(d.StatusReason), d.StoppedAt, d.FinishedAt)
+	}
 }

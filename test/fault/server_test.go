@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,6 +126,57 @@ func (f *fleet) sessions(n int) func(*snapshot) string {
 	}
 }
 
+// launch is an instance the server was seen launching.
+type launch struct {
+	what string // its state when seen
+	dir  string
+	pid  int
+}
+
+// launching waits until the server is launching an instance it has not
+// put in service yet: an agent process that is not one of known, whose
+// instance has not registered or is still REGISTERING (its critical
+// daemon starting).
+func (f *fleet) launching(known map[string]agent) launch {
+	f.t.Helper()
+	old := map[string]bool{}
+	for _, a := range known {
+		old[a.dir] = true
+	}
+	root := filepath.Join(f.dataDir, "instances")
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		entries, _ := os.ReadDir(root)
+		for _, e := range entries {
+			dir := filepath.Join(root, e.Name())
+			if old[dir] {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(dir, "pid"))
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil || pid == 0 || syscall.Kill(pid, 0) != nil {
+				continue
+			}
+			arn := registeredAs(filepath.Join(dir, "agent.log"))
+			if arn == "" {
+				return launch{fmt.Sprintf("agent %d of %s runs, not registered", pid, e.Name()), dir, pid}
+			}
+			out, err := f.c.DescribeContainerInstances(context.Background(), &ecs.DescribeContainerInstancesInput{
+				Cluster: aws.String(f.cluster), ContainerInstances: []string{arn}})
+			if err != nil || len(out.ContainerInstances) != 1 {
+				continue
+			}
+			if st := aws.ToString(out.ContainerInstances[0].Status); st != "REGISTERING" {
+				f.t.Fatalf("instance %s was %s when its launch was first seen: too late to kill the server into it", arn, st)
+			}
+			return launch{fmt.Sprintf("instance %s is REGISTERING", arn), dir, pid}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.t.Fatal("no instance launched within 60s")
+	return launch{}
+}
+
 func (p *serverProcess) kill9() {
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
@@ -173,13 +225,46 @@ func TestKillServer(t *testing.T) {
 	}
 	f.services[serviceName] = int32(n + 1)
 	f.runJobs(2)
-	time.Sleep(300 * time.Millisecond) // into the launch, not before it
+	launch := f.launching(before)
+	t.Logf("killing the server while %s", launch.what)
 	p.kill9()
+	killed := time.Now()
 	p = startServerProcess(t, bin, addr, dir)
 	f.converge("server kill -9 while busy", serverKillDeadline, f.sessions(n+1))
 	f.verify("server kill -9 while busy")
-	if got := len(f.agents()); got != n+1 {
+	agents := f.agents()
+	if got := len(agents); got != n+1 {
 		t.Errorf("%d agent processes for %d instances", got, n+1)
+	}
+	// The instance being launched is the one in service, not a
+	// replacement; and the kill landed in its launch: it went ACTIVE only
+	// after the server was dead (the record's times are the servers').
+	for arn, a := range agents {
+		if _, ok := before[arn]; ok {
+			continue
+		}
+		if a.dir != launch.dir || a.pid != launch.pid {
+			t.Errorf("instance %s runs agent %d in %s; the one being launched at the kill was agent %d in %s", arn, a.pid, a.dir, launch.pid, launch.dir)
+		}
+		var active *time.Time
+		for _, in := range f.h.Instances() {
+			if in.Arn != arn {
+				continue
+			}
+			for _, st := range in.States {
+				if st.Status == "ACTIVE" {
+					active = &st.At
+					break
+				}
+			}
+		}
+		switch {
+		case active == nil:
+			t.Errorf("record: the launched instance %s never went ACTIVE", arn)
+		case !active.After(killed):
+			t.Errorf("record: the launched instance %s went ACTIVE at %s, before the server was killed at %s",
+				arn, active.Format(time.RFC3339Nano), killed.Format(time.RFC3339Nano))
+		}
 	}
 	for _, tk := range f.describe(f.jobs) {
 		if s := aws.ToString(tk.LastStatus); s != "RUNNING" {
