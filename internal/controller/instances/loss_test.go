@@ -78,7 +78,7 @@ type dyingProvisioner struct {
 	*simprov.Provisioner
 	mu       sync.Mutex
 	dying    bool
-	launches int // while dying
+	launches []time.Time // while dying, when each launch returned
 }
 
 func (d *dyingProvisioner) setDying() {
@@ -87,10 +87,10 @@ func (d *dyingProvisioner) setDying() {
 	d.dying = true
 }
 
-func (d *dyingProvisioner) count() int {
+func (d *dyingProvisioner) launched() []time.Time {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.launches
+	return slices.Clone(d.launches)
 }
 
 func (d *dyingProvisioner) Launch(ctx context.Context, req provision.Request) (string, error) {
@@ -98,7 +98,7 @@ func (d *dyingProvisioner) Launch(ctx context.Context, req provision.Request) (s
 	d.mu.Lock()
 	dying := d.dying
 	if dying && err == nil {
-		d.launches++
+		d.launches = append(d.launches, time.Now())
 	}
 	d.mu.Unlock()
 	if dying && err == nil {
@@ -124,11 +124,26 @@ func TestLaunchesThatDieInBootBackOff(t *testing.T) {
 	waitRunningOn(t, c, healthy, 3, time.Minute)
 	dp.setDying()
 	runHollow(t, c, big, 1)
-	// Backing off from 5 s, doubling: the first launch and at most two
-	// probes in 12 s. Without a backoff a launch goes out every pass.
-	time.Sleep(12 * time.Second)
-	if n := dp.count(); n == 0 || n > 3 {
-		t.Fatalf("%d launches in 12 s of instances that die as they boot, want 1 to 3", n)
+	// One task waits, so each launch after the first answers the death of
+	// the one before, at least the backoff later: 5 s, then 10 s. The
+	// backoff counts from when the controller saw the death, after the
+	// launch returned, so load only widens the gaps (as does a probe held
+	// while the healthy instances are young). Without a backoff a launch
+	// followed each death within a pass (about a second).
+	deadline := time.Now().Add(2 * time.Minute)
+	var at []time.Time
+	for at = dp.launched(); len(at) < 3; at = dp.launched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d launches in 2 minutes of instances that die as they boot, want 3", len(at))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i, backoff := range []time.Duration{5 * time.Second, 10 * time.Second} {
+		// Less a second: the margin is for a launch's own time, should
+		// the backoff count from its start.
+		if gap := at[i+1].Sub(at[i]); gap < backoff-time.Second {
+			t.Errorf("launch %d came %.1fs after launch %d died, want at least the backoff of %s", i+2, gap.Seconds(), i+1, backoff)
+		}
 	}
 }
 
