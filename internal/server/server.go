@@ -31,6 +31,8 @@ import (
 	"github.com/capstanhq/capstan/internal/controller/services"
 	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/gateway"
+	"github.com/capstanhq/capstan/internal/iam"
+	"github.com/capstanhq/capstan/internal/iamapi"
 	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/provision"
@@ -188,6 +190,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	admin.ARN = iam.RootARN(cfg.AccountID)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
@@ -210,7 +213,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	svc := fleet.New(fleet.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log, Endpoint: endpoint,
 		AlarmSource: cfg.AlarmSource != "", ProgressDeadline: max(cfg.ProgressDeadline, 0), EventLimit: cfg.EventLimit})
-	verifier := &auth.Verifier{Lookup: auth.Chain(auth.NewStaticLookup(admin), svc.Credentials())}
+	identities := iam.NewStore(st, cfg.AccountID)
+	authorizer := iam.NewAuthorizer(identities)
+	lookup := auth.Chain(auth.NewStaticLookup(admin), svc.Credentials(), identities)
+	verifier := &auth.Verifier{Lookup: lookup}
 	h := api.NewHandler(verifier, ops.Authorize, cfg.Log)
 	h.Scope = newScopes(st, maxScopes).scope
 	ops := ops.New(svc)
@@ -257,7 +263,21 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	reg.MustRegister(counts)
 
 	mux := http.NewServeMux()
-	mux.Handle("/", h)
+	iamV, stsV := iamapi.NewVerifiers(lookup)
+	ih := iamapi.New(iamapi.Config{Store: identities, Authorizer: authorizer, IAM: iamV, STS: stsV, Log: cfg.Log})
+	ih.Audit = func(r api.Record) { // the ECS handler's hook, whenever it is set
+		if h.Audit != nil {
+			h.Audit(r)
+		}
+	}
+	// IAM and STS speak the Query protocol on the same path as ECS's JSON.
+	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if iamapi.Accepts(r) {
+			ih.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
 	mux.Handle("GET "+protocol.Path, gw)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !st.Ready() {

@@ -1,0 +1,778 @@
+package iamapi
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/capstanhq/capstan/internal/auth"
+	"github.com/capstanhq/capstan/internal/iam"
+)
+
+// opFunc serves one action; a nil result means the action has no output.
+type opFunc func(c *call) (any, error)
+
+// iamOperations are the IAM actions served.
+var iamOperations map[string]opFunc
+
+// stsOperations are the STS actions served.
+var stsOperations = map[string]opFunc{"GetCallerIdentity": getCallerIdentity}
+
+func init() {
+	iamOperations = map[string]opFunc{
+		"CreateUser": createUser, "GetUser": getUser, "ListUsers": listUsers, "DeleteUser": deleteUser,
+		"TagUser": tagUser, "UntagUser": untagUser, "ListUserTags": listUserTags,
+		"CreateAccessKey": createAccessKey, "ListAccessKeys": listAccessKeys, "UpdateAccessKey": updateAccessKey, "DeleteAccessKey": deleteAccessKey,
+		"CreateGroup": createGroup, "GetGroup": getGroup, "ListGroups": listGroups, "DeleteGroup": deleteGroup,
+		"AddUserToGroup": addUserToGroup, "RemoveUserFromGroup": removeUserFromGroup, "ListGroupsForUser": listGroupsForUser,
+		"PutUserPolicy": putUserPolicy, "GetUserPolicy": getUserPolicy, "ListUserPolicies": listUserPolicies, "DeleteUserPolicy": deleteUserPolicy,
+		"PutGroupPolicy": putGroupPolicy, "GetGroupPolicy": getGroupPolicy, "ListGroupPolicies": listGroupPolicies, "DeleteGroupPolicy": deleteGroupPolicy,
+		"CreatePolicy": createPolicy, "GetPolicy": getPolicy, "ListPolicies": listPolicies, "DeletePolicy": deletePolicy,
+		"GetPolicyVersion": getPolicyVersion, "CreatePolicyVersion": createPolicyVersion, "ListPolicyVersions": listPolicyVersions,
+		"DeletePolicyVersion": deletePolicyVersion, "SetDefaultPolicyVersion": setDefaultPolicyVersion,
+		"AttachUserPolicy": attachUserPolicy, "DetachUserPolicy": detachUserPolicy,
+		"AttachGroupPolicy": attachGroupPolicy, "DetachGroupPolicy": detachGroupPolicy,
+		"ListAttachedUserPolicies": listAttachedUserPolicies, "ListAttachedGroupPolicies": listAttachedGroupPolicies,
+		"SimulatePrincipalPolicy": simulatePrincipalPolicy,
+	}
+}
+
+// Actions lists the IAM and STS actions served, for the docs' test.
+func Actions() (iamActions, stsActions []string) {
+	for a := range iamOperations {
+		iamActions = append(iamActions, a)
+	}
+	for a := range stsOperations {
+		stsActions = append(stsActions, a)
+	}
+	return iamActions, stsActions
+}
+
+// requestTags are the condition keys of tags a request adds.
+func requestTags(tags []iam.Tag) map[string][]string {
+	conds := map[string][]string{}
+	var keys []string
+	for _, t := range tags {
+		conds["aws:RequestTag/"+t.Key] = []string{t.Value}
+		keys = append(keys, t.Key)
+	}
+	if len(keys) > 0 {
+		conds["aws:TagKeys"] = keys
+	}
+	return conds
+}
+
+// Users.
+
+func createUser(c *call) (any, error) {
+	name, tags := c.str("UserName"), c.tags("Tags")
+	if c.str("PermissionsBoundary") != "" {
+		return nil, invalidInput("PermissionsBoundary: permissions boundaries are not supported.")
+	}
+	path := c.str("Path")
+	if err := c.authorize([]string{iam.UserARN(c.account(), normPath(path), name)}, requestTags(tags)); err != nil {
+		return nil, err
+	}
+	u, err := c.h.store.CreateUser(c.ctx, name, path, tags)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ User userXML }{toUser(u, true)}, nil
+}
+
+func normPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	return p
+}
+
+func getUser(c *call) (any, error) {
+	name, err := c.authorizeUser(nil)
+	if err != nil {
+		return nil, err
+	}
+	if name == "" { // the root, as IAM shows it: no name, the account as its ID
+		return struct{ User userXML }{userXML{Path: "/", UserId: c.account(), Arn: iam.RootARN(c.account()), CreateDate: timestamp(c.h.started)}}, nil
+	}
+	u, err := c.h.store.GetUser(c.ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ User userXML }{toUser(u, true)}, nil
+}
+
+func listUsers(c *call) (any, error) {
+	if err := c.authorize([]string{"*"}, nil); err != nil {
+		return nil, err
+	}
+	users, err := c.h.store.ListUsers(c.ctx, c.str("PathPrefix"))
+	if err != nil {
+		return nil, err
+	}
+	pg, pgn, err := page(c, users)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		Users list[userXML]
+		paging
+	}{members(mapSlice(pg, func(u iam.User) userXML { return toUser(u, false) })), pgn}, nil
+}
+
+func deleteUser(c *call) (any, error) {
+	name, err := c.authorizeUser(nil)
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.DeleteUser(c.ctx, name)
+}
+
+func tagUser(c *call) (any, error) {
+	tags := c.tags("Tags")
+	name, err := c.authorizeUser(requestTags(tags))
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.TagUser(c.ctx, name, tags)
+}
+
+func untagUser(c *call) (any, error) {
+	keys := c.list("TagKeys")
+	conds := map[string][]string{}
+	if len(keys) > 0 {
+		conds["aws:TagKeys"] = keys
+	}
+	name, err := c.authorizeUser(conds)
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.UntagUser(c.ctx, name, keys)
+}
+
+func listUserTags(c *call) (any, error) {
+	name, err := c.authorizeUser(nil)
+	if err != nil {
+		return nil, err
+	}
+	u, err := c.h.store.GetUser(c.ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	pg, pgn, err := page(c, u.Tags)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		Tags list[tagXML]
+		paging
+	}{members(mapSlice(pg, func(t iam.Tag) tagXML { return tagXML{t.Key, t.Value} })), pgn}, nil
+}
+
+// Access keys: without UserName, a user acts on its own keys.
+
+func createAccessKey(c *call) (any, error) {
+	name, err := c.authorizeUser(nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := needUser(name); err != nil {
+		return nil, err
+	}
+	k, err := c.h.store.CreateAccessKey(c.ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ AccessKey accessKeyXML }{toAccessKey(k)}, nil
+}
+
+func listAccessKeys(c *call) (any, error) {
+	name, err := c.authorizeUser(nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := needUser(name); err != nil {
+		return nil, err
+	}
+	keys, err := c.h.store.ListAccessKeys(c.ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	pg, pgn, err := page(c, keys)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		AccessKeyMetadata list[accessKeyXML]
+		paging
+	}{members(mapSlice(pg, toAccessKey)), pgn}, nil
+}
+
+func updateAccessKey(c *call) (any, error) {
+	name, err := c.authorizeUser(nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := needUser(name); err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.UpdateAccessKey(c.ctx, name, c.str("AccessKeyId"), c.str("Status"))
+}
+
+func deleteAccessKey(c *call) (any, error) {
+	name, err := c.authorizeUser(nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := needUser(name); err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.DeleteAccessKey(c.ctx, name, c.str("AccessKeyId"))
+}
+
+// Groups.
+
+func createGroup(c *call) (any, error) {
+	name, path := c.str("GroupName"), c.str("Path")
+	if err := c.authorize([]string{iam.GroupARN(c.account(), normPath(path), name)}, nil); err != nil {
+		return nil, err
+	}
+	g, err := c.h.store.CreateGroup(c.ctx, name, path)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ Group groupXML }{toGroup(g)}, nil
+}
+
+func (c *call) authorizeGroup(extra map[string][]string) (string, error) {
+	name := c.str("GroupName")
+	return name, c.authorize([]string{c.groupResource(name)}, extra)
+}
+
+func getGroup(c *call) (any, error) {
+	name, err := c.authorizeGroup(nil)
+	if err != nil {
+		return nil, err
+	}
+	g, users, err := c.h.store.GetGroup(c.ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	pg, pgn, err := page(c, users)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		Group groupXML
+		Users list[userXML]
+		paging
+	}{toGroup(g), members(mapSlice(pg, func(u iam.User) userXML { return toUser(u, false) })), pgn}, nil
+}
+
+func listGroups(c *call) (any, error) {
+	if err := c.authorize([]string{"*"}, nil); err != nil {
+		return nil, err
+	}
+	groups, err := c.h.store.ListGroups(c.ctx, c.str("PathPrefix"))
+	if err != nil {
+		return nil, err
+	}
+	return groupPage(c, groups)
+}
+
+func groupPage(c *call, groups []iam.Group) (any, error) {
+	pg, pgn, err := page(c, groups)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		Groups list[groupXML]
+		paging
+	}{members(mapSlice(pg, toGroup)), pgn}, nil
+}
+
+func deleteGroup(c *call) (any, error) {
+	name, err := c.authorizeGroup(nil)
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.DeleteGroup(c.ctx, name)
+}
+
+func addUserToGroup(c *call) (any, error) {
+	name, err := c.authorizeGroup(nil)
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.AddUserToGroup(c.ctx, name, c.str("UserName"))
+}
+
+func removeUserFromGroup(c *call) (any, error) {
+	name, err := c.authorizeGroup(nil)
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.RemoveUserFromGroup(c.ctx, name, c.str("UserName"))
+}
+
+func listGroupsForUser(c *call) (any, error) {
+	name, err := c.authorizeUser(nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := needUser(name); err != nil {
+		return nil, err
+	}
+	groups, err := c.h.store.ListGroupsForUser(c.ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return groupPage(c, groups)
+}
+
+// Inline policies.
+
+func putUserPolicy(c *call) (any, error) {
+	name, err := c.authorizeUser(nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := needUser(name); err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.PutUserPolicy(c.ctx, name, c.str("PolicyName"), c.document("PolicyDocument"))
+}
+
+func getUserPolicy(c *call) (any, error) {
+	name, err := c.authorizeUser(nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := needUser(name); err != nil {
+		return nil, err
+	}
+	p, err := c.h.store.GetUserPolicy(c.ctx, name, c.str("PolicyName"))
+	if err != nil {
+		return nil, err
+	}
+	u, err := c.h.store.GetUser(c.ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ UserName, PolicyName, PolicyDocument string }{u.UserName, p.Name, encodeDocument(p.Document)}, nil
+}
+
+func listUserPolicies(c *call) (any, error) {
+	name, err := c.authorizeUser(nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := needUser(name); err != nil {
+		return nil, err
+	}
+	names, err := c.h.store.ListUserPolicies(c.ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return namePage(c, names)
+}
+
+func namePage(c *call, names []string) (any, error) {
+	pg, pgn, err := page(c, names)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		PolicyNames list[string]
+		paging
+	}{members(pg), pgn}, nil
+}
+
+func deleteUserPolicy(c *call) (any, error) {
+	name, err := c.authorizeUser(nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := needUser(name); err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.DeleteUserPolicy(c.ctx, name, c.str("PolicyName"))
+}
+
+func putGroupPolicy(c *call) (any, error) {
+	name, err := c.authorizeGroup(nil)
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.PutGroupPolicy(c.ctx, name, c.str("PolicyName"), c.document("PolicyDocument"))
+}
+
+func getGroupPolicy(c *call) (any, error) {
+	name, err := c.authorizeGroup(nil)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.h.store.GetGroupPolicy(c.ctx, name, c.str("PolicyName"))
+	if err != nil {
+		return nil, err
+	}
+	g, _, err := c.h.store.GetGroup(c.ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ GroupName, PolicyName, PolicyDocument string }{g.GroupName, p.Name, encodeDocument(p.Document)}, nil
+}
+
+func listGroupPolicies(c *call) (any, error) {
+	name, err := c.authorizeGroup(nil)
+	if err != nil {
+		return nil, err
+	}
+	names, err := c.h.store.ListGroupPolicies(c.ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return namePage(c, names)
+}
+
+func deleteGroupPolicy(c *call) (any, error) {
+	name, err := c.authorizeGroup(nil)
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.DeleteGroupPolicy(c.ctx, name, c.str("PolicyName"))
+}
+
+// Managed policies.
+
+func createPolicy(c *call) (any, error) {
+	name, path, tags := c.str("PolicyName"), c.str("Path"), c.tags("Tags")
+	if err := c.authorize([]string{iam.PolicyARN(c.account(), normPath(path), name)}, requestTags(tags)); err != nil {
+		return nil, err
+	}
+	p, err := c.h.store.CreatePolicy(c.ctx, name, path, c.document("PolicyDocument"), c.str("Description"), tags)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ Policy policyXML }{toPolicy(p, true)}, nil
+}
+
+// authorizePolicy authorizes this call on the PolicyArn parameter.
+func (c *call) authorizePolicy() (string, error) {
+	arn := c.str("PolicyArn")
+	res := arn
+	if res == "" {
+		res = "*"
+	}
+	return arn, c.authorize([]string{res}, nil)
+}
+
+func getPolicy(c *call) (any, error) {
+	arn, err := c.authorizePolicy()
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.h.store.GetPolicy(c.ctx, arn)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ Policy policyXML }{toPolicy(p, true)}, nil
+}
+
+func listPolicies(c *call) (any, error) {
+	if err := c.authorize([]string{"*"}, nil); err != nil {
+		return nil, err
+	}
+	only, err := c.boolean("OnlyAttached")
+	if err != nil {
+		return nil, err
+	}
+	var pols []iam.ManagedPolicy
+	switch scope := c.str("Scope"); scope {
+	case "", "All", "Local":
+		if pols, err = c.h.store.ListPolicies(c.ctx, c.str("PathPrefix"), only); err != nil {
+			return nil, err
+		}
+	case "AWS": // Capstan has no AWS managed policies
+	default:
+		return nil, invalid("scope", scope, "Member must satisfy enum value set: [All, AWS, Local]")
+	}
+	pg, pgn, err := page(c, pols)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		Policies list[policyXML]
+		paging
+	}{members(mapSlice(pg, func(p iam.ManagedPolicy) policyXML { return toPolicy(p, false) })), pgn}, nil
+}
+
+func deletePolicy(c *call) (any, error) {
+	arn, err := c.authorizePolicy()
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.DeletePolicy(c.ctx, arn)
+}
+
+func getPolicyVersion(c *call) (any, error) {
+	arn, err := c.authorizePolicy()
+	if err != nil {
+		return nil, err
+	}
+	v, err := c.h.store.GetPolicyVersion(c.ctx, arn, c.str("VersionId"))
+	if err != nil {
+		return nil, err
+	}
+	return struct{ PolicyVersion versionXML }{toVersion(v, true)}, nil
+}
+
+func createPolicyVersion(c *call) (any, error) {
+	arn, err := c.authorizePolicy()
+	if err != nil {
+		return nil, err
+	}
+	def, err := c.boolean("SetAsDefault")
+	if err != nil {
+		return nil, err
+	}
+	v, err := c.h.store.CreatePolicyVersion(c.ctx, arn, c.document("PolicyDocument"), def)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ PolicyVersion versionXML }{toVersion(v, false)}, nil
+}
+
+func listPolicyVersions(c *call) (any, error) {
+	arn, err := c.authorizePolicy()
+	if err != nil {
+		return nil, err
+	}
+	vs, err := c.h.store.ListPolicyVersions(c.ctx, arn)
+	if err != nil {
+		return nil, err
+	}
+	pg, pgn, err := page(c, vs)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		Versions list[versionXML]
+		paging
+	}{members(mapSlice(pg, func(v iam.PolicyVersion) versionXML { return toVersion(v, false) })), pgn}, nil
+}
+
+func deletePolicyVersion(c *call) (any, error) {
+	arn, err := c.authorizePolicy()
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.DeletePolicyVersion(c.ctx, arn, c.str("VersionId"))
+}
+
+func setDefaultPolicyVersion(c *call) (any, error) {
+	arn, err := c.authorizePolicy()
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.SetDefaultPolicyVersion(c.ctx, arn, c.str("VersionId"))
+}
+
+// Attachments: checked on the user or group, with the policy in
+// iam:PolicyARN as IAM does.
+
+func policyARNCondition(c *call) map[string][]string {
+	if arn := c.str("PolicyArn"); arn != "" {
+		return map[string][]string{"iam:PolicyARN": {arn}}
+	}
+	return nil
+}
+
+func attachUserPolicy(c *call) (any, error) {
+	if err := requiredParam(c, "UserName"); err != nil {
+		return nil, err
+	}
+	name, err := c.authorizeUser(policyARNCondition(c))
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.AttachUserPolicy(c.ctx, name, c.str("PolicyArn"))
+}
+
+func detachUserPolicy(c *call) (any, error) {
+	if err := requiredParam(c, "UserName"); err != nil {
+		return nil, err
+	}
+	name, err := c.authorizeUser(policyARNCondition(c))
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.DetachUserPolicy(c.ctx, name, c.str("PolicyArn"))
+}
+
+func attachGroupPolicy(c *call) (any, error) {
+	name, err := c.authorizeGroup(policyARNCondition(c))
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.AttachGroupPolicy(c.ctx, name, c.str("PolicyArn"))
+}
+
+func detachGroupPolicy(c *call) (any, error) {
+	name, err := c.authorizeGroup(policyARNCondition(c))
+	if err != nil {
+		return nil, err
+	}
+	return nil, c.h.store.DetachGroupPolicy(c.ctx, name, c.str("PolicyArn"))
+}
+
+func attachedPage(c *call, ps []iam.AttachedPolicy) (any, error) {
+	pg, pgn, err := page(c, ps)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		AttachedPolicies list[attachedXML]
+		paging
+	}{members(mapSlice(pg, func(p iam.AttachedPolicy) attachedXML { return attachedXML{p.PolicyName, p.PolicyArn} })), pgn}, nil
+}
+
+func listAttachedUserPolicies(c *call) (any, error) {
+	if err := requiredParam(c, "UserName"); err != nil {
+		return nil, err
+	}
+	name, err := c.authorizeUser(nil)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := c.h.store.ListAttachedUserPolicies(c.ctx, name, c.str("PathPrefix"))
+	if err != nil {
+		return nil, err
+	}
+	return attachedPage(c, ps)
+}
+
+func listAttachedGroupPolicies(c *call) (any, error) {
+	name, err := c.authorizeGroup(nil)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := c.h.store.ListAttachedGroupPolicies(c.ctx, name, c.str("PathPrefix"))
+	if err != nil {
+		return nil, err
+	}
+	return attachedPage(c, ps)
+}
+
+// simulatePrincipalPolicy simulates a user's own policies; the inputs
+// that bring in other policies are refused rather than ignored.
+func simulatePrincipalPolicy(c *call) (any, error) {
+	src := c.str("PolicySourceArn")
+	res := src
+	if res == "" {
+		res = "*"
+	}
+	if err := c.authorize([]string{res}, nil); err != nil {
+		return nil, err
+	}
+	for _, p := range []string{"PolicyInputList", "PermissionsBoundaryPolicyInputList"} {
+		if len(c.list(p)) > 0 {
+			return nil, invalidInput("%s: simulating policies other than the principal's own is not supported.", p)
+		}
+	}
+	for _, p := range []string{"ResourcePolicy", "CallerArn"} {
+		if c.str(p) != "" {
+			return nil, invalidInput("%s: simulating resource-based policies is not supported.", p)
+		}
+	}
+	if src == "" {
+		return nil, invalid("policySourceArn", "", "Member must not be null")
+	}
+	prefix := "arn:aws:iam::" + c.account() + ":user/"
+	if !strings.HasPrefix(src, prefix) {
+		return nil, invalidInput("PolicySourceArn %s is not the ARN of a user of account %s: only users are simulated.", src, c.account())
+	}
+	name := src[strings.LastIndexByte(src, '/')+1:]
+	if u, err := c.h.store.GetUser(c.ctx, name); err != nil {
+		return nil, err
+	} else if !strings.EqualFold(u.Arn, src) {
+		return nil, invalidInput("PolicySourceArn %s names no user; the user %s is %s.", src, u.UserName, u.Arn)
+	}
+	context, err := contextEntries(c)
+	if err != nil {
+		return nil, err
+	}
+	results, err := c.h.authz.Simulate(c.ctx, name, c.list("ActionNames"), c.list("ResourceArns"), context)
+	if err != nil {
+		return nil, err
+	}
+	pg, pgn, err := page(c, results)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		EvaluationResults list[evalXML]
+		paging
+	}{members(mapSlice(pg, toEval)), pgn}, nil
+}
+
+func toEval(r iam.SimResult) evalXML {
+	e := evalXML{EvalActionName: r.Action, EvalResourceName: r.Resource, EvalDecision: r.Decision.String()}
+	for _, s := range r.Statements {
+		st := statementXML{SourcePolicyId: s.Policy, SourcePolicyType: s.SourceType}
+		if s.Start.Line > 0 {
+			st.StartPosition = &positionXML{s.Start.Line, s.Start.Column}
+			st.EndPosition = &positionXML{s.End.Line, s.End.Column}
+		}
+		e.MatchedStatements.Member = append(e.MatchedStatements.Member, st)
+	}
+	return e
+}
+
+// contextEntries reads ContextEntries.member.N.{ContextKeyName,
+// ContextKeyValues.member.M, ContextKeyType}.
+func contextEntries(c *call) (map[string][]string, error) {
+	out := map[string][]string{}
+	for i := 1; ; i++ {
+		base := "ContextEntries.member." + strconv.Itoa(i) + "."
+		name := c.str(base + "ContextKeyName")
+		if name == "" {
+			if c.form.Has(base+"ContextKeyType") || c.form.Has(base+"ContextKeyValues.member.1") {
+				return nil, invalid("contextEntries."+strconv.Itoa(i)+".member.contextKeyName", "", "Member must not be null")
+			}
+			return out, nil
+		}
+		if len(name) < 5 || len(name) > 256 {
+			return nil, invalid("contextEntries."+strconv.Itoa(i)+".member.contextKeyName", name, "Member must have length from 5 to 256")
+		}
+		out[name] = append(out[name], c.list(base+"ContextKeyValues")...)
+	}
+}
+
+// STS.
+
+// getCallerIdentity needs no permission, as on AWS: anyone may ask who
+// they are.
+func getCallerIdentity(c *call) (any, error) {
+	c.rec.Checked.Action = "sts:GetCallerIdentity"
+	acct := c.account()
+	type identity struct{ UserId, Account, Arn string }
+	switch c.p.Role {
+	case auth.RoleAdmin:
+		return identity{acct, acct, iam.RootARN(acct)}, nil
+	case auth.RoleUser:
+		u, err := c.h.store.GetUser(c.ctx, c.p.UserName)
+		if err != nil {
+			return nil, err
+		}
+		return identity{u.UserID, acct, u.Arn}, nil
+	}
+	session := c.p.InstanceID
+	if session == "" {
+		session = c.p.AccessKeyID
+	}
+	return identity{AgentRoleID + ":" + session, acct, iam.AgentARN(acct, c.p.InstanceID, c.p.AccessKeyID)}, nil
+}
+
+// AgentRoleID is the unique ID of the role agents are sessions of, the
+// first half of an agent's UserId.
+const AgentRoleID = "AROACAPSTANAGENTROLE0"
