@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/capstanhq/capstan/internal/audit"
 	"github.com/capstanhq/capstan/internal/cpus"
 	"github.com/capstanhq/capstan/internal/fleet"
 	simprov "github.com/capstanhq/capstan/internal/provision/sim"
@@ -50,6 +51,8 @@ func runServer(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.AlarmSource, "alarm-source", "", "Prometheus or Alertmanager `URL` daemon deployments read their alarms from (prometheus+http:// or alertmanager+http:// to say which)")
 	fs.IntVar(&cfg.EventLimit, "event-limit", fleet.DefaultEventLimit, "keep at most this many events per cluster (the oldest go first; they also expire after an hour)")
 	fs.DurationVar(&cfg.StoppedRetention, "stopped-task-retention", fleet.DefaultStoppedRetention, "keep stopped tasks and deregistered (INACTIVE) container instances describable for this long, then delete them (at least 1m)")
+	fs.DurationVar(&cfg.AuditRetention, "audit-retention", audit.DefaultRetention, "keep audit records of API calls this long (at least 1m)")
+	fs.IntVar(&cfg.AuditLimit, "audit-limit", audit.DefaultLimit, "keep at most this many audit records (the oldest go first, counted in capstan_audit_records_trimmed_total)")
 	fs.DurationVar(&cfg.ProgressDeadline, "rollout-progress-deadline", server.DefaultProgressDeadline, "stop a daemon rollout that made no progress for this long (negative: never)")
 	fs.DurationVar(&cfg.SimProvisionDelay, "sim-provision-delay", 0, "how long a sim instance takes to boot (with --provisioner sim)")
 	fs.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL agents use to reach this server (default http://<listen address>)")

@@ -234,7 +234,7 @@ type verb struct {
 
 type action func(ctx context.Context, s *session, args []string) error
 
-var nouns = []*noun{clusterNoun(), capacityProviderNoun(), taskDefinitionNoun(), daemonTaskDefinitionNoun(), daemonNoun(), agentCredentialNoun(), eventsNoun()}
+var nouns = []*noun{clusterNoun(), capacityProviderNoun(), taskDefinitionNoun(), daemonTaskDefinitionNoun(), daemonNoun(), agentCredentialNoun(), eventsNoun(), auditNoun()}
 
 func findNoun(name string) *noun {
 	for _, n := range nouns {

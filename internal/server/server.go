@@ -23,6 +23,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/alarms"
 	"github.com/capstanhq/capstan/internal/api"
+	"github.com/capstanhq/capstan/internal/audit"
 	"github.com/capstanhq/capstan/internal/auth"
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/controller/daemons"
@@ -89,11 +90,19 @@ type Config struct {
 	// fleet.DefaultStoppedRetention).
 	StoppedRetention time.Duration
 	Log              *slog.Logger
+	// AuditRetention is how long audit records are kept (0:
+	// audit.DefaultRetention); AuditLimit the most kept (0:
+	// audit.DefaultLimit).
+	AuditRetention time.Duration
+	AuditLimit     int
 }
 
 // MinStoppedRetention keeps a stopped task readable for longer than a
 // client's poll for it takes.
 const MinStoppedRetention = time.Minute
+
+// MinAuditRetention keeps a record for longer than a follower's poll.
+const MinAuditRetention = time.Minute
 
 // DefaultProgressDeadline is how long a daemon rollout may make no
 // progress before it stops.
@@ -143,6 +152,15 @@ func (c *Config) Validate() error {
 	if c.StoppedRetention < MinStoppedRetention {
 		return fmt.Errorf("--stopped-task-retention must be at least %s, got %s", MinStoppedRetention, c.StoppedRetention)
 	}
+	if c.AuditRetention == 0 {
+		c.AuditRetention = audit.DefaultRetention
+	}
+	if c.AuditRetention < MinAuditRetention {
+		return fmt.Errorf("--audit-retention must be at least %s, got %s", MinAuditRetention, c.AuditRetention)
+	}
+	if c.AuditLimit < 0 {
+		return fmt.Errorf("--audit-limit must not be negative, got %d", c.AuditLimit)
+	}
 	switch c.Provisioner {
 	case "":
 		c.Provisioner = "local"
@@ -176,6 +194,9 @@ type Server struct {
 	stopControllers context.CancelFunc
 	controllersDone chan struct{}
 	reconciles      reconciles
+
+	// Audit is the audit trail every API call is handed to.
+	Audit *audit.Trail
 }
 
 // Start opens the store, registers the API and starts listening.
@@ -253,12 +274,17 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		prov = sp
 	}
 	gw := gateway.New(svc, st, verifier, serverID, cfg.Log)
+	trail := audit.New(audit.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Retention: cfg.AuditRetention,
+		Limit: cfg.AuditLimit, Log: cfg.Log})
+	h.Audit = trail.Record
+	ops.RegisterAudit(h, trail)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(h.Collectors()...)
 	reg.MustRegister(gw.Collectors()...)
 	reg.MustRegister(storeWrites{st})
+	reg.MustRegister(trail.Collectors()...)
 	counts := newReconciles()
 	reg.MustRegister(counts)
 
@@ -293,6 +319,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		Addr:           addr,
 		Service:        ops,
 		Provisioner:    prov,
+		Audit:          trail,
 		gateway:        gw,
 		Admin:          admin,
 		AdminGenerated: generated,
@@ -307,6 +334,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		},
 	}
 	s.http.RegisterOnShutdown(svc.Events().EndWaits) // long polls must not hold up a shutdown
+	s.http.RegisterOnShutdown(trail.EndWaits)
 	go func() { s.served <- s.http.Serve(ln) }()
 
 	// Controllers run on the elected leader only; every server serves the API.
@@ -376,6 +404,10 @@ func (s *Server) Close() error {
 	<-s.controllersDone
 	// Events recorded without waiting are written before the store goes.
 	s.Service.Events().Settle(ctx)
+	// The calls answered before the shutdown are recorded.
+	if err := s.Audit.Close(ctx); err != nil {
+		s.log.Warn("audit records not all written at shutdown", "err", err)
+	}
 	if c, ok := s.Provisioner.(io.Closer); ok {
 		// In-process instances cannot outlive the server (sim).
 		c.Close()
