@@ -234,7 +234,8 @@ type verb struct {
 
 type action func(ctx context.Context, s *session, args []string) error
 
-var nouns = []*noun{clusterNoun(), capacityProviderNoun(), taskDefinitionNoun(), daemonTaskDefinitionNoun(), daemonNoun(), agentCredentialNoun(), eventsNoun(), auditNoun()}
+var nouns = []*noun{clusterNoun(), capacityProviderNoun(), taskDefinitionNoun(), daemonTaskDefinitionNoun(), daemonNoun(), agentCredentialNoun(), eventsNoun(),
+	userNoun(), groupNoun(), policyNoun(), whoamiNoun(), auditNoun()}
 
 func findNoun(name string) *noun {
 	for _, n := range nouns {

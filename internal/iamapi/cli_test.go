@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/testenv"
 )
 
@@ -138,6 +139,19 @@ func TestIdentitiesWithTheAWSCLI(t *testing.T) {
 	if str(t, id, "Arn") != "arn:aws:iam::"+acct+":root" || str(t, id, "Account") != acct || str(t, id, "UserId") != acct {
 		t.Fatalf("root identity %v", id)
 	}
+
+	// An agent is a session of the capstan-agent role, and may do no IAM action.
+	root.ok("ecs", "create-cluster", "--cluster-name", "default")
+	cred, err := srv.Service.CreateAgentCredential(context.Background(), &ops.CreateAgentCredentialRequest{Cluster: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := root.as(cred.AccessKeyID, cred.SecretAccessKey)
+	agentARN := "arn:aws:sts::" + acct + ":assumed-role/capstan-agent/" + cred.AccessKeyID
+	if id := agent.ok("sts", "get-caller-identity"); str(t, id, "Arn") != agentARN || str(t, id, "UserId") != "AROACAPSTANAGENTROLE0:"+cred.AccessKeyID {
+		t.Fatalf("agent identity %v", id)
+	}
+	agent.fails("AccessDenied", []string{"User: " + agentARN + " is not authorized to perform: iam:ListUsers on resource: * because"}, "iam", "list-users")
 
 	u := root.ok("iam", "create-user", "--user-name", "alice", "--path", "/teams/", "--tags", "Key=team,Value=apps")
 	if str(t, u, "User", "Arn") != aliceARN || !strings.HasPrefix(str(t, u, "User", "UserId"), "AIDA") || str(t, u, "User", "Tags", 0, "Value") != "apps" {

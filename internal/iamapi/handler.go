@@ -169,6 +169,11 @@ func (h *Handler) serve(r *http.Request, rec *api.Record, ns *string) (*call, wi
 	if !ok {
 		return nil, wireError{400, "InvalidAction", fmt.Sprintf("Could not find operation %s for version %s", action, version)}
 	}
+	svc := "iam:"
+	if isSTS {
+		svc = "sts:"
+	}
+	rec.Checked.Action = svc + action // also when the call fails before it is authorized
 	c := &call{h: h, ctx: api.WithCaller(r.Context(), p), p: p, form: form, op: action, rec: rec}
 	res, err := fn(c)
 	if err != nil {

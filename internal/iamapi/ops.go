@@ -753,7 +753,6 @@ func contextEntries(c *call) (map[string][]string, error) {
 // getCallerIdentity needs no permission, as on AWS: anyone may ask who
 // they are.
 func getCallerIdentity(c *call) (any, error) {
-	c.rec.Checked.Action = "sts:GetCallerIdentity"
 	acct := c.account()
 	type identity struct{ UserId, Account, Arn string }
 	switch c.p.Role {
