@@ -238,9 +238,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	authorizer := iam.NewAuthorizer(identities)
 	lookup := auth.Chain(auth.NewStaticLookup(admin), svc.Credentials(), identities)
 	verifier := &auth.Verifier{Lookup: lookup}
-	h := api.NewHandler(verifier, ops.Authorize, cfg.Log)
-	h.Scope = newScopes(st, maxScopes).scope
 	ops := ops.New(svc)
+	h := api.NewHandler(verifier, ops.Authorizer(authorizer), cfg.Log)
+	h.Scope = newScopes(st, maxScopes).scope
 	ops.Register(h)
 	serverID := addr + "/" + auth.NewAccessKeyID("")[:8]
 	var prov provision.Provisioner

@@ -34,7 +34,7 @@ type entry struct {
 // their keys and revisions, and reads fetch their values from etcd. A
 // cluster's events (20,000 of ~1.6 KB each at 5,000 instances) were an
 // eighth of the server's live heap, for a log only ListEvents reads.
-var coldPrefixes = []string{"events/"}
+var coldPrefixes = []string{"events/", "audit/"} // the audit trail: written on every call, read by ListAuditEvents only
 
 // newEntry is the cache's entry for a key (without the store's prefix).
 func newEntry(key string, value []byte, rev int64) entry {

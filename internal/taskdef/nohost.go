@@ -52,8 +52,17 @@ func WithoutHostAccess(td shapes.TaskDefinition) (shapes.TaskDefinition, []strin
 			note("privileged")
 		}
 		if len(c.SystemControls) > 0 {
-			c.SystemControls = nil
-			note("sysctls")
+			// Judged against the modes as they now are: a namespaced sysctl
+			// of a task that no longer shares the host's network stays.
+			var keep []shapes.SystemControl
+			for _, sc := range c.SystemControls {
+				if sysctlTouchesHost(td, sc.Namespace) {
+					note("sysctls")
+					continue
+				}
+				keep = append(keep, sc)
+			}
+			c.SystemControls = keep
 		}
 		if lp := c.LinuxParameters; lp != nil && (lp.Capabilities != nil && len(lp.Capabilities.Add) > 0 || len(lp.Devices) > 0) {
 			p := *lp

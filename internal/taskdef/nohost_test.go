@@ -15,7 +15,7 @@ func TestWithoutHostAccess(t *testing.T) {
 		Volumes: []shapes.Volume{{Name: "root", Host: &shapes.HostVolumeProperties{SourcePath: "/"}}, {Name: "scratch"}},
 		ContainerDefinitions: []shapes.ContainerDefinition{{
 			Name: "a", Privileged: &yes,
-			SystemControls:  []shapes.SystemControl{{Namespace: "kernel.shmmax", Value: "1"}},
+			SystemControls:  []shapes.SystemControl{{Namespace: "kernel.domainname", Value: "x"}, {Namespace: "net.core.somaxconn", Value: "1024"}},
 			LinuxParameters: &shapes.LinuxParameters{Capabilities: &shapes.KernelCapabilities{Add: []string{"SYS_ADMIN"}, Drop: []string{"NET_RAW"}}, Devices: []shapes.Device{{HostPath: "/dev/kmsg"}}},
 		}, {Name: "b"}},
 	}
@@ -31,10 +31,14 @@ func TestWithoutHostAccess(t *testing.T) {
 		t.Errorf("modes %q %q %q", out.NetworkMode, out.PidMode, out.IpcMode)
 	case out.Volumes[0].Host != nil || out.Volumes[0].Name != "root":
 		t.Errorf("host volume kept: %+v", out.Volumes[0])
-	case c.Privileged != nil || c.SystemControls != nil || len(c.LinuxParameters.Capabilities.Add) != 0 || c.LinuxParameters.Devices != nil:
+	case c.Privileged != nil || len(c.SystemControls) != 1 || c.SystemControls[0].Namespace != "net.core.somaxconn" || len(c.LinuxParameters.Capabilities.Add) != 0 || c.LinuxParameters.Devices != nil:
 		t.Errorf("container kept host access: %+v", c)
 	case !slices.Equal(c.LinuxParameters.Capabilities.Drop, []string{"NET_RAW"}):
 		t.Errorf("dropped capabilities lost: %v", c.LinuxParameters.Capabilities.Drop)
+	}
+	// What is left asks for nothing.
+	if kinds := HostAccessKinds(out); len(kinds) != 0 {
+		t.Errorf("still asks for %v", kinds)
 	}
 	// The caller's definition is untouched (the agent keeps it as sent).
 	if after, _ := json.Marshal(td); string(after) != string(before) {
