@@ -174,6 +174,15 @@ func (h *Handler) Operations() []string {
 
 type callerKey struct{}
 
+type sourceIPKey struct{}
+
+// SourceIP is the address the request in ctx came from, as policies see it
+// in aws:SourceIp.
+func SourceIP(ctx context.Context) string {
+	ip, _ := ctx.Value(sourceIPKey{}).(string)
+	return ip
+}
+
 // Caller returns the authenticated principal of the request in ctx.
 func Caller(ctx context.Context) (auth.Principal, bool) {
 	p, ok := ctx.Value(callerKey{}).(auth.Principal)
@@ -252,7 +261,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, op, target strin
 	if err != nil {
 		return h.fail(w, toWire(err, h.log))
 	}
-	ctx := WithCaller(r.Context(), p)
+	ctx := context.WithValue(WithCaller(r.Context(), p), sourceIPKey{}, rec.SourceIP)
 	checked, err := h.authorize(ctx, p, op, req)
 	rec.Checked = checked
 	if err != nil {

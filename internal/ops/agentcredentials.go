@@ -4,24 +4,10 @@ import (
 	"context"
 
 	"github.com/capstanhq/capstan/internal/api"
-	"github.com/capstanhq/capstan/internal/auth"
 	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/store"
 )
-
-// Authorize lets admins do everything and agents only what an instance
-// needs for itself.
-func Authorize(_ context.Context, p auth.Principal, op string, _ any) (api.Checked, error) {
-	c := api.Checked{Action: "ecs:" + op, Resources: []string{"*"}}
-	switch {
-	case p.Role == auth.RoleAdmin:
-		return c, nil
-	case p.Role == auth.RoleAgent && agentOperations[op]:
-		return c, nil
-	}
-	return c, fault.Denied("credential %s (role %s) is not allowed to call %s", p.AccessKeyID, p.Role, op)
-}
 
 // CreateAgentCredentialRequest asks for a credential agents of a cluster
 // register with (one instance per credential).

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"maps"
 
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/auth"
@@ -43,7 +44,15 @@ func (s *Service) Authorizer(iam Checker) api.Authorizer {
 		if p.Role != auth.RoleUser || iam == nil {
 			return c, fault.Denied("credential %s (role %s) is not allowed to call %s", p.AccessKeyID, p.Role, op)
 		}
+		ip := api.SourceIP(ctx)
 		for _, r := range t.requests() {
+			if ip != "" {
+				r.Conditions = maps.Clone(r.Conditions)
+				if r.Conditions == nil {
+					r.Conditions = map[string][]string{}
+				}
+				r.Conditions["aws:SourceIp"] = []string{ip}
+			}
 			if err := iam.Check(ctx, p, r.Action, []string{r.Resource}, r.Conditions); err != nil {
 				return c, err
 			}
