@@ -184,6 +184,51 @@ func TestConditionOperators(t *testing.T) {
 		{"ForAllValues:StringEqualsIgnoreCase", `["a"]`, ctx("A", "a"), true},
 		{"ForAllValues:ArnLike", `"arn:aws:ecs:*:*:cluster/*"`, ctx(arn, "arn:aws:ecs:x:1:service/s"), false},
 		{"ForAllValues:StringEqualsIfExists", `"a"`, ctx("b"), false},
+
+		// IP addresses: CIDR blocks or single addresses, IPv4 and IPv6.
+		{"IpAddress", `"203.0.113.0/24"`, ctx("203.0.113.7"), true},
+		{"IpAddress", `"203.0.113.0/24"`, ctx("203.0.114.7"), false},
+		{"IpAddress", `"203.0.113.9"`, ctx("203.0.113.9"), true}, // no prefix: that address alone
+		{"IpAddress", `"203.0.113.9"`, ctx("203.0.113.8"), false},
+		{"IpAddress", `"203.0.113.9/32"`, ctx("203.0.113.9"), true},
+		{"IpAddress", `"203.0.113.77/24"`, ctx("203.0.113.1"), true}, // host bits ignored
+		{"IpAddress", `"0.0.0.0/0"`, ctx("198.51.100.1"), true},
+		{"IpAddress", `"0.0.0.0/0"`, ctx("2001:db8::1"), false}, // families never mix
+		{"IpAddress", `"::/0"`, ctx("127.0.0.1"), false},
+		{"IpAddress", `["10.0.0.0/8","127.0.0.0/8"]`, ctx("127.0.0.1"), true}, // values OR
+		{"IpAddress", `"2001:DB8:1234:5678::/64"`, ctx("2001:db8:1234:5678:abcd::1"), true},
+		{"IpAddress", `"2001:db8:1234:5678::/64"`, ctx("2001:db8:1234:5679::1"), false},
+		{"IpAddress", `"2001:4860:4860::8888/32"`, ctx("2001:4860:ffff::1"), true},
+		{"IpAddress", `"::1"`, ctx("::1"), true},
+		{"IpAddress", `"::1"`, ctx("::2"), false},                     // an IPv6 address alone is /128
+		{"IpAddress", `"127.0.0.0/8"`, ctx("::ffff:127.0.0.1"), true}, // IPv4 written as IPv6
+		{"IpAddress", `"::ffff:127.0.0.0/104"`, ctx("127.0.0.1"), true},
+		{"IpAddress", `"fe80::/10"`, ctx("fe80::1%eth0"), true}, // zone dropped
+		{"IpAddress", `"127.0.0.0/8"`, ctx("localhost"), false},
+		{"IpAddress", `"127.0.0.0/8"`, ctx("127.0.0.1:80"), false},
+		{"IpAddress", `"127.0.0.0/8"`, ctx(""), false},
+		{"IpAddress", `"127.0.0.0/8"`, missing, false},
+		{"IpAddress", `"127.0.0.0/8"`, ctx("10.0.0.1", "127.0.0.1"), true}, // any request value
+		{"NotIpAddress", `"127.0.0.0/8"`, ctx("127.0.0.1"), false},
+		{"NotIpAddress", `"127.0.0.0/8"`, ctx("192.0.2.1"), true},
+		{"NotIpAddress", `["10.0.0.0/8","192.0.2.0/24"]`, ctx("192.0.2.1"), false}, // values NOR
+		{"NotIpAddress", `"127.0.0.0/8"`, ctx("::1"), true},
+		{"NotIpAddress", `"127.0.0.0/8"`, ctx("garbage"), true},
+		{"NotIpAddress", `"127.0.0.0/8"`, missing, true},
+		{"IpAddressIfExists", `"127.0.0.0/8"`, missing, true},
+		{"IpAddressIfExists", `"127.0.0.0/8"`, ctx("192.0.2.1"), false},
+		{"IpAddressIfExists", `"127.0.0.0/8"`, ctx("127.0.0.2"), true},
+		{"NotIpAddressIfExists", `"127.0.0.0/8"`, missing, true},
+		{"NotIpAddressIfExists", `"127.0.0.0/8"`, ctx("127.0.0.2"), false},
+		{"ForAnyValue:IpAddress", `"10.0.0.0/8"`, ctx("192.0.2.1", "10.1.2.3"), true},
+		{"ForAnyValue:IpAddress", `"10.0.0.0/8"`, missing, false},
+		{"ForAnyValue:NotIpAddress", `"10.0.0.0/8"`, ctx("10.0.0.1", "192.0.2.1"), true},
+		{"ForAnyValue:NotIpAddress", `"10.0.0.0/8"`, ctx("10.0.0.1"), false},
+		{"ForAllValues:IpAddress", `"10.0.0.0/8"`, ctx("10.0.0.1", "10.9.9.9"), true},
+		{"ForAllValues:IpAddress", `"10.0.0.0/8"`, ctx("10.0.0.1", "192.0.2.1"), false},
+		{"ForAllValues:IpAddress", `"10.0.0.0/8"`, missing, true},
+		{"ForAllValues:NotIpAddress", `"10.0.0.0/8"`, ctx("192.0.2.1", "10.0.0.1"), false},
+		{"ForAllValues:NotIpAddressIfExists", `"10.0.0.0/8"`, ctx("192.0.2.1"), true},
 	} {
 		name := fmt.Sprintf("%s %s %v", c.op, c.values, c.ctx)
 		t.Run(name, func(t *testing.T) {

@@ -257,6 +257,8 @@ func compare(op operator, p, v string, ctx *lookup, vars bool) bool {
 		return ok1 && ok2 && order(op.kind-kDateEq, tv.Compare(tp))
 	case kBool:
 		return strings.EqualFold(v, p)
+	case kIP:
+		return inCIDR(p, v)
 	}
 	return false
 }

@@ -11,8 +11,8 @@ import (
 var fuzzRequests = []Request{
 	{Action: "ecs:UpdateDaemon", Resource: "*"},
 	{Action: "ecs:ListClusters", Resource: "arn:aws:ecs:us-east-1:123456789012:cluster/prod",
-		Context: map[string][]string{"aws:username": {"alice"}, "k": {"a", "10"}, "aws:CurrentTime": {"2024-01-01T00:00:00Z"}, "b": {"true"}}},
-	{Action: "iam:GetUser", Resource: "arn:aws:iam::1:user/a:b*c", Context: map[string][]string{"K": {}, "n": {"5"}, "AWS:USERNAME": {"*"}}},
+		Context: map[string][]string{"aws:username": {"alice"}, "k": {"a", "10"}, "aws:CurrentTime": {"2024-01-01T00:00:00Z"}, "b": {"true"}, "aws:SourceIp": {"127.0.0.1"}}},
+	{Action: "iam:GetUser", Resource: "arn:aws:iam::1:user/a:b*c", Context: map[string][]string{"K": {}, "n": {"5"}, "AWS:USERNAME": {"*"}, "aws:sourceip": {"2001:db8::1"}}},
 }
 
 func FuzzParse(f *testing.F) {
@@ -22,6 +22,8 @@ func FuzzParse(f *testing.F) {
 		`{"Version":"2012-10-17","Id":"x","Statement":[{"Effect":"Allow","Action":"*","Resource":"arn:aws:iam::1:user/${aws:username, 'a''b'}${*}",
 			"Condition":{"ForAnyValue:StringLike":{"k":["a*","${aws:username}"]},"NumericLessThanIfExists":{"n":[1,"2.5"]},
 			"DateGreaterThan":{"aws:CurrentTime":"2020-01-01"},"Bool":{"b":true},"Null":{"z":"true"},"ForAllValues:ArnNotLike":{"r":"arn:*:*:*:*:*"}}}]}`,
+		`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"ecs:*","Resource":"*","Condition":{"IpAddress":{"aws:SourceIp":["127.0.0.1/32","2001:db8::/32"]}}},
+			{"Effect":"Deny","Action":"*","Resource":"*","Condition":{"NotIpAddressIfExists":{"aws:SourceIp":["10.0.0.0/8","::1"]},"ForAllValues:IpAddress":{"k":"0.0.0.0/0"}}}]}`,
 		`{"Statement":{"Effect":"Allow","Action":"*","Resource":"*","Principal":"*"}}`,
 		`{"Statement":{"Effect":"Allow","Action":"*","Resource":"*","Condition":{"StringEqual":{"k":"v"}}}}`,
 		`[1, {"a": null}]`,

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math/big"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ const (
 	kDateGe
 	kBool
 	kNull
+	kIP // IpAddress: the request's address within a policy CIDR
 )
 
 // set is the ForAnyValue:/ForAllValues: qualifier.
@@ -70,6 +72,8 @@ var bases = map[string]operator{
 	"DateGreaterThanEquals":     {kind: kDateGe},
 	"Bool":                      {kind: kBool},
 	"Null":                      {kind: kNull},
+	"IpAddress":                 {kind: kIP},
+	"NotIpAddress":              {kind: kIP, negated: true},
 }
 
 // parseOperator reads "[ForAnyValue:|ForAllValues:]Base[IfExists]". Names
@@ -118,6 +122,10 @@ func (op operator) checkValue(v, version string) string {
 	case kBool, kNull:
 		if !strings.EqualFold(v, "true") && !strings.EqualFold(v, "false") {
 			return `must be true or false`
+		}
+	case kIP:
+		if _, ok := parseCIDR(v); !ok {
+			return "not an IP address or CIDR block (e.g. 203.0.113.0/24, 2001:db8::/32)"
 		}
 	}
 	return ""
@@ -193,4 +201,38 @@ func parseDate(s string) (time.Time, bool) {
 		return t, true
 	}
 	return time.Time{}, false
+}
+
+// parseCIDR reads a policy's IpAddress value: a CIDR block, IPv4 or IPv6,
+// or one address, which stands for itself alone (/32 or /128). Bits past
+// the prefix length are ignored, as IAM ignores them.
+func parseCIDR(s string) (netip.Prefix, bool) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, false
+		}
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 { // ::ffff:a.b.c.d/n is an IPv4 block
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		return p.Masked(), true
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, false
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), true
+}
+
+// inCIDR reports whether request address v lies in policy block p. An
+// IPv4 address written as IPv6 (::ffff:a.b.c.d) counts as the IPv4 one,
+// and a zone is dropped; a value that is no address is in no block.
+func inCIDR(p, v string) bool {
+	a, err := netip.ParseAddr(v)
+	if err != nil {
+		return false
+	}
+	pr, ok := parseCIDR(p)
+	return ok && pr.Contains(a.WithZone("").Unmap())
 }

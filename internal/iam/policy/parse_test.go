@@ -98,7 +98,15 @@ func TestParseErrors(t *testing.T) {
 		{cond(`{"ForSomeValues:StringEquals":{"k":"v"}}`), "Statement[1].Condition.ForSomeValues:StringEquals", "unknown condition operator"},
 		{cond(`{"IfExists":{"k":"v"}}`), "Statement[1].Condition.IfExists", "unknown condition operator"},
 		{cond(`{"StringEqualsIfExistsIfExists":{"k":"v"}}`), "Statement[1].Condition.StringEqualsIfExistsIfExists", "unknown condition operator"},
-		{cond(`{"IpAddress":{"aws:SourceIp":"10.0.0.0/8"}}`), "Statement[1].Condition.IpAddress", "unknown condition operator"},
+		{cond(`{"IPAddress":{"aws:SourceIp":"10.0.0.0/8"}}`), "Statement[1].Condition.IPAddress", "unknown condition operator"},
+		{cond(`{"IpAddress":{"aws:SourceIp":"10.0.0.0/33"}}`), "Statement[1].Condition.IpAddress.aws:SourceIp", "not an IP address or CIDR block"},
+		{cond(`{"IpAddress":{"aws:SourceIp":["10.0.0.0/8","10.0.0"]}}`), "Statement[1].Condition.IpAddress.aws:SourceIp[1]", "not an IP address"},
+		{cond(`{"NotIpAddress":{"aws:SourceIp":"2001:db8::/129"}}`), "Statement[1].Condition.NotIpAddress.aws:SourceIp", "not an IP address"},
+		{cond(`{"IpAddressIfExists":{"aws:SourceIp":"fe80::1%eth0"}}`), "Statement[1].Condition.IpAddressIfExists.aws:SourceIp", "not an IP address"},
+		{cond(`{"IpAddress":{"aws:SourceIp":"${aws:SourceIp}"}}`), "Statement[1].Condition.IpAddress.aws:SourceIp", "not an IP address"},
+		{cond(`{"IpAddress":{"aws:SourceIp":"*"}}`), "Statement[1].Condition.IpAddress.aws:SourceIp", "not an IP address"},
+		{cond(`{"IpAddress":{"aws:SourceIp":10}}`), "Statement[1].Condition.IpAddress.aws:SourceIp", "not an IP address"},
+		{cond(`{"IpAddress":{"aws:SourceIp":"010.0.0.1"}}`), "Statement[1].Condition.IpAddress.aws:SourceIp", "not an IP address"},
 		{cond(`{"NullIfExists":{"k":"true"}}`), "Statement[1].Condition.NullIfExists", "Null has no IfExists form"},
 		{cond(`{"ForAllValues:Null":{"k":"true"}}`), "Statement[1].Condition.ForAllValues:Null", "no ForAnyValue:/ForAllValues:"},
 		{cond(`{"StringEquals":"v"}`), "Statement[1].Condition.StringEquals", "must be an object of condition keys"},
@@ -147,6 +155,9 @@ func TestParseAccepts(t *testing.T) {
 			"DateGreaterThan":{"d":["2024-01-01","2024-01-01T00:00:00Z","2024-01-01T00:00:00.123+02:00",1704067200]},
 			"ForAllValues:StringNotEqualsIgnoreCaseIfExists":{"t":"x"},
 			"Null":{"n":false}}}}`,
+		`{"Version":"2012-10-17","Statement":{"Effect":"Deny","Action":"*","Resource":"*","Condition":{
+			"NotIpAddress":{"aws:SourceIp":["203.0.113.0/24","203.0.113.9","2001:DB8::/32","::1","::ffff:10.0.0.0/104","10.1.2.3/8"]},
+			"ForAnyValue:IpAddressIfExists":{"ips":"0.0.0.0/0"}}}}`,
 	} {
 		if _, err := Parse([]byte(doc)); err != nil {
 			t.Errorf("%s: %v", doc, err)
