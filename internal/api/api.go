@@ -32,10 +32,6 @@ const TargetPrefix = "AmazonEC2ContainerServiceV20141113."
 // protocol, same signing), e.g. minting agent credentials.
 const ExtensionPrefix = "CapstanV1."
 
-// MaxBody bounds a request body; task definitions are the largest inputs
-// and stay far below it.
-const MaxBody = 1 << 20
-
 // Verifier authenticates a request.
 type Verifier interface {
 	Verify(ctx context.Context, r *http.Request, body []byte) (auth.Principal, error)
@@ -233,21 +229,24 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, op, target strin
 	if r.Method != http.MethodPost {
 		return h.fail(w, wireError{http.StatusMethodNotAllowed, "UnknownOperationException", "the ECS API accepts POST / only"})
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
+	// The headers are judged before the body is read, and the body is read
+	// no further than its operation's cap.
+	finish, err := BeginVerify(r.Context(), h.verifier, r)
 	if err != nil {
+		return h.fail(w, h.authFailure(err))
+	}
+	body, err := ReadBody(r, BodyCap(target))
+	if tl := (*TooLargeError)(nil); errors.As(err, &tl) {
+		if !tl.Drained {
+			w.Header().Set("Connection", "close") // nothing more of it is read
+		}
+		return h.fail(w, tooLarge(target, op, tl))
+	} else if err != nil {
 		return h.fail(w, wireError{400, "SerializationException", "could not read the request body"})
 	}
-	if len(body) > MaxBody {
-		return h.fail(w, wireError{413, "SerializationException", fmt.Sprintf("request body exceeds the %d byte limit", MaxBody)})
-	}
-	p, err := h.verifier.Verify(r.Context(), r, body)
+	p, err := finish(body)
 	if err != nil {
-		var ae *auth.Error
-		if errors.As(err, &ae) {
-			return h.fail(w, wireError{ae.Status, ae.Code, ae.Message})
-		}
-		h.log.Error("authenticate", "err", err)
-		return h.fail(w, wireError{500, "ServerException", "could not authenticate the request"})
+		return h.fail(w, h.authFailure(err))
 	}
 	rec.Principal, rec.AccessKeyID = p, p.AccessKeyID
 	o, ok := h.ops[target]

@@ -302,8 +302,9 @@ func TestRefusedRequests(t *testing.T) {
 	// AdminOnly: an agent credential is authenticated, then refused.
 	wantWireError(t, a.post(http.MethodPost, list, []byte(`{}`), &agent), 400, "AccessDeniedException",
 		"credential AKIDAPIAGENT (role agent) is not allowed to call ListClusters")
-	big := append(append([]byte(`{"nextToken":"`), bytes.Repeat([]byte("x"), MaxBody)...), `"}`...)
-	wantWireError(t, a.post(http.MethodPost, list, big, &admin), 413, "SerializationException", fmt.Sprintf("request body exceeds the %d byte limit", MaxBody))
+	big := append(append([]byte(`{"nextToken":"`), bytes.Repeat([]byte("x"), DefaultBodyCap)...), `"}`...)
+	wantWireError(t, a.post(http.MethodPost, list, big, &admin), 413, "SerializationException",
+		fmt.Sprintf("request body exceeds the %d byte limit of ListClusters", DefaultBodyCap))
 	if calls := a.called(); len(calls) != 0 {
 		t.Fatalf("refused requests reached operations: %+v", calls)
 	}

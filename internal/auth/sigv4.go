@@ -20,13 +20,13 @@ const (
 	algorithm       = "AWS4-HMAC-SHA256"
 	amzDateLayout   = "20060102T150405Z"
 	scopeTerminator = "aws4_request"
-	unsignedPayload = "UNSIGNED-PAYLOAD"
-	maxPresignTTL   = 7 * 24 * time.Hour // AWS's own ceiling for X-Amz-Expires
 )
 
-// Verifier checks SigV4 signatures, in the Authorization header or in a
-// presigned URL's query string. The zero values of Now, Service and MaxSkew
-// mean time.Now, "ecs" and 15 minutes.
+// Verifier checks SigV4 signatures in the Authorization header, as AWS's
+// JSON and Query services take them: the body is always hashed and signed,
+// and presigned (query-string) requests are refused, since a URL would be a
+// bearer token for whatever it names. The zero values of Now, Service and
+// MaxSkew mean time.Now, "ecs" and 15 minutes.
 type Verifier struct {
 	Lookup  Lookup
 	Now     func() time.Time
@@ -41,8 +41,7 @@ type claim struct {
 	signature                                      string
 	amzDate                                        string // exactly as signed
 	t                                              time.Time
-	presigned                                      bool
-	expires                                        time.Duration // presigned with X-Amz-Expires only
+	payloadHash                                    string // X-Amz-Content-Sha256, when sent
 }
 
 func (c *claim) scope() string {
@@ -50,9 +49,27 @@ func (c *claim) scope() string {
 }
 
 // Verify authenticates r, whose body the caller has already read into body.
-// A refusal is an *Error; any other error means the Lookup failed. A
-// presigned URL is good for X-Amz-Expires seconds, or MaxSkew without it.
+// A refusal is an *Error; any other error means the Lookup failed.
 func (v *Verifier) Verify(ctx context.Context, r *http.Request, body []byte) (Principal, error) {
+	p, err := v.Begin(ctx, r)
+	if err != nil {
+		return Principal{}, err
+	}
+	return p.Finish(body)
+}
+
+// Pending is a request whose headers passed: its signature is well formed,
+// scoped to this service, dated within the skew and names a known key.
+// Finish checks the signature over the body.
+type Pending struct {
+	r    *http.Request
+	c    *claim
+	cred Credential
+}
+
+// Begin checks what the headers alone can tell, so a server refuses most
+// bad requests before it reads a body. Errors are as Verify's.
+func (v *Verifier) Begin(ctx context.Context, r *http.Request) (*Pending, error) {
 	c, aerr := parseClaim(r)
 	if aerr == nil {
 		aerr = v.checkScope(c)
@@ -61,29 +78,37 @@ func (v *Verifier) Verify(ctx context.Context, r *http.Request, body []byte) (Pr
 		aerr = v.checkTime(c)
 	}
 	if aerr != nil {
-		return Principal{}, aerr
+		return nil, aerr
 	}
 	if v.Lookup == nil {
-		return Principal{}, errors.New("auth: verifier has no credential lookup")
+		return nil, errors.New("auth: verifier has no credential lookup")
 	}
 	cred, ok, err := v.Lookup.Credential(ctx, c.accessKeyID)
 	if err != nil {
-		return Principal{}, fmt.Errorf("auth: look up access key: %w", err)
+		return nil, fmt.Errorf("auth: look up access key: %w", err)
 	}
 	if !ok {
-		return Principal{}, errUnrecognized()
+		return nil, errUnrecognized()
 	}
-	payload, aerr := payloadHash(r, body, c.presigned)
-	if aerr != nil {
-		return Principal{}, aerr
+	return &Pending{r: r, c: c, cred: cred}, nil
+}
+
+// Finish checks the signature over the request and body, the body's hash
+// computed here whatever the client claims.
+func (p *Pending) Finish(body []byte) (Principal, error) {
+	sum := sha256.Sum256(body)
+	payload := hex.EncodeToString(sum[:])
+	if p.c.payloadHash != "" && p.c.payloadHash != payload {
+		return Principal{}, errInvalid("The provided 'x-amz-content-sha256' header does not match what was computed.")
 	}
-	creq := canonicalRequest(r, c.signedHeaders, payload, c.presigned)
-	want := signature(cred.SecretAccessKey, c, creq)
-	if !hmac.Equal([]byte(want), []byte(c.signature)) {
+	creq := canonicalRequest(p.r, p.c.signedHeaders, payload)
+	want := signature(p.cred.SecretAccessKey, p.c, creq)
+	if !hmac.Equal([]byte(want), []byte(p.c.signature)) {
 		return Principal{}, errMismatch()
 	}
+	cred := p.cred
 	return Principal{AccessKeyID: cred.AccessKeyID, Role: cred.Role, InstanceID: cred.InstanceID, UserName: cred.UserName, ARN: cred.ARN,
-		Region: c.region}, nil
+		Region: p.c.region}, nil
 }
 
 // ClaimedKeyID is the access key ID a request's signature names, verified
@@ -95,6 +120,17 @@ func ClaimedKeyID(r *http.Request) string {
 		return ""
 	}
 	return c.accessKeyID
+}
+
+// ClaimedService is the service a request's signature is scoped to,
+// verified or not ("" when it names none): the Query API serves iam and
+// sts on one path and picks the verifier by it.
+func ClaimedService(r *http.Request) string {
+	c, err := parseClaim(r)
+	if err != nil {
+		return ""
+	}
+	return c.service
 }
 
 func (v *Verifier) service() string {
@@ -140,13 +176,9 @@ func (v *Verifier) checkTime(c *claim) *Error {
 		return errInvalid("Signature not yet current: %s is still later than %s (%s + %s.)",
 			stamp(c.t), stamp(now.Add(skew)), stamp(now), span(skew))
 	}
-	window := skew
-	if c.expires > 0 {
-		window = c.expires
-	}
-	if now.Sub(c.t) > window {
+	if now.Sub(c.t) > skew {
 		return errInvalid("Signature expired: %s is now earlier than %s (%s - %s.)",
-			stamp(c.t), stamp(now.Add(-window)), stamp(now), span(window))
+			stamp(c.t), stamp(now.Add(-skew)), stamp(now), span(skew))
 	}
 	return nil
 }
@@ -160,19 +192,18 @@ func span(d time.Duration) string {
 	return strconv.FormatInt(int64(d/time.Second), 10) + " sec"
 }
 
-// parseClaim reads the signature from the Authorization header or, failing
-// that, from presigned query parameters.
+// parseClaim reads the signature from the Authorization header. Presigning
+// parameters in the query are refused, with or without the header.
 func parseClaim(r *http.Request) (*claim, *Error) {
-	authz := r.Header.Get("Authorization")
 	q := r.URL.Query()
-	presigned := q.Has("X-Amz-Algorithm") || q.Has("X-Amz-Credential") || q.Has("X-Amz-Signature")
-	switch {
-	case authz != "" && presigned:
-		return nil, errInvalid("Only one auth mechanism allowed; use either the Authorization header or X-Amz-* query parameters.")
-	case authz != "":
+	for _, k := range []string{"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-SignedHeaders", "X-Amz-Signature"} {
+		if q.Has(k) {
+			return nil, errInvalid("Presigned (query-string) authentication is not accepted here; " +
+				"sign the request with the Authorization header and send no X-Amz-* signing parameters in the URL.")
+		}
+	}
+	if authz := r.Header.Get("Authorization"); authz != "" {
 		return parseHeaderClaim(r, authz)
-	case presigned:
-		return parseQueryClaim(q)
 	}
 	return nil, errMissingToken()
 }
@@ -223,42 +254,8 @@ func parseHeaderClaim(r *http.Request, authz string) (*claim, *Error) {
 	} else {
 		return nil, errIncomplete("Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header.")
 	}
-	return c, nil
-}
-
-func parseQueryClaim(q url.Values) (*claim, *Error) {
-	var missing []string
-	for _, k := range []string{"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Date"} {
-		if q.Get(k) == "" {
-			missing = append(missing, fmt.Sprintf("Query-string authentication requires the '%s' parameter.", k))
-		}
-	}
-	if len(missing) > 0 {
-		return nil, errIncomplete("%s", strings.Join(missing, " "))
-	}
-	if q.Get("X-Amz-Algorithm") != algorithm {
-		return nil, errIncomplete("Unsupported X-Amz-Algorithm; only %s is accepted.", algorithm)
-	}
-
-	c := &claim{signature: q.Get("X-Amz-Signature"), presigned: true}
-	var aerr *Error
-	if aerr = c.setCredential(q.Get("X-Amz-Credential")); aerr == nil {
-		aerr = c.setSignedHeaders(q.Get("X-Amz-SignedHeaders"))
-	}
-	if aerr != nil {
+	if c.payloadHash, aerr = claimedPayloadHash(r); aerr != nil {
 		return nil, aerr
-	}
-	t, err := time.Parse(amzDateLayout, q.Get("X-Amz-Date"))
-	if err != nil {
-		return nil, errIncomplete("X-Amz-Date must be an ISO-8601 basic format date such as 20260401T120000Z.")
-	}
-	c.t, c.amzDate = t, q.Get("X-Amz-Date")
-	if e := q.Get("X-Amz-Expires"); e != "" {
-		n, err := strconv.ParseInt(e, 10, 64)
-		if err != nil || n < 1 || time.Duration(n)*time.Second > maxPresignTTL {
-			return nil, errIncomplete("X-Amz-Expires must be a whole number of seconds from 1 to %d.", int64(maxPresignTTL/time.Second))
-		}
-		c.expires = time.Duration(n) * time.Second
 	}
 	return c, nil
 }
@@ -283,39 +280,42 @@ func (c *claim) setSignedHeaders(s string) *Error {
 	return nil
 }
 
-// payloadHash is the last line of the canonical request. A client-supplied
-// x-amz-content-sha256 is used as sent, but a real hash must match the body.
-func payloadHash(r *http.Request, body []byte, presigned bool) (string, *Error) {
-	given := r.Header.Get("X-Amz-Content-Sha256")
-	if given == "" && presigned {
-		given = r.URL.Query().Get("X-Amz-Content-Sha256")
+// claimedPayloadHash is X-Amz-Content-Sha256 when sent. Only a real hash is
+// taken: UNSIGNED-PAYLOAD, the STREAMING-* modes or anything else would
+// leave the body out of the signature, and with it what a call does.
+func claimedPayloadHash(r *http.Request) (string, *Error) {
+	vals := r.Header.Values("X-Amz-Content-Sha256")
+	if len(vals) == 0 {
+		return "", nil
 	}
-	sum := sha256.Sum256(body)
-	computed := hex.EncodeToString(sum[:])
-	switch {
-	case given == "" && presigned:
-		return unsignedPayload, nil
-	case given == "":
-		return computed, nil
-	case isHexSHA256(given) && !strings.EqualFold(given, computed):
-		return "", errInvalid("The provided 'x-amz-content-sha256' header does not match what was computed.")
+	if len(vals) > 1 || !isLowerHexSHA256(vals[0]) {
+		got := strings.Join(vals, ",")
+		if len(got) > 80 {
+			got = got[:80] + "..."
+		}
+		return "", errInvalid("The 'x-amz-content-sha256' header must be the lowercase hex SHA-256 of the request body; "+
+			"this endpoint takes no unsigned or streaming payloads (got %q).", got)
 	}
-	return given, nil
+	return vals[0], nil
 }
 
-func isHexSHA256(s string) bool {
+func isLowerHexSHA256(s string) bool {
 	if len(s) != 2*sha256.Size {
 		return false
 	}
-	_, err := hex.DecodeString(s)
-	return err == nil
+	for i := 0; i < len(s); i++ {
+		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
-func canonicalRequest(r *http.Request, signedHeaders []string, payloadHash string, presigned bool) string {
+func canonicalRequest(r *http.Request, signedHeaders []string, payloadHash string) string {
 	var b strings.Builder
 	b.WriteString(r.Method + "\n")
 	b.WriteString(canonicalURI(r.URL) + "\n")
-	b.WriteString(canonicalQuery(r.URL.RawQuery, presigned) + "\n")
+	b.WriteString(canonicalQuery(r.URL.RawQuery) + "\n")
 	for _, h := range signedHeaders {
 		b.WriteString(h + ":" + headerValue(r, h) + "\n")
 	}
@@ -334,7 +334,7 @@ func canonicalURI(u *url.URL) string {
 	return uriEncode(p, true)
 }
 
-func canonicalQuery(raw string, presigned bool) string {
+func canonicalQuery(raw string) string {
 	var pairs [][2]string
 	for part := range strings.SplitSeq(raw, "&") {
 		if part == "" {
@@ -342,9 +342,6 @@ func canonicalQuery(raw string, presigned bool) string {
 		}
 		k, val, _ := strings.Cut(part, "=")
 		k, val = queryUnescape(k), queryUnescape(val)
-		if presigned && k == "X-Amz-Signature" {
-			continue
-		}
 		pairs = append(pairs, [2]string{uriEncode(k, false), uriEncode(val, false)})
 	}
 	// Sort by encoded key, then value; sorting "k=v" strings would put

@@ -54,7 +54,7 @@ func fixedVerifier(now time.Time) *Verifier {
 func TestSpecVector(t *testing.T) {
 	r := vectorRequest(vecBody)
 	sum := sha256.Sum256([]byte(vecBody))
-	creq := canonicalRequest(r, strings.Split("content-type;host;x-amz-date;x-amz-target", ";"), hex.EncodeToString(sum[:]), false)
+	creq := canonicalRequest(r, strings.Split("content-type;host;x-amz-date;x-amz-target", ";"), hex.EncodeToString(sum[:]))
 	h := sha256.Sum256([]byte(creq))
 	if got := hex.EncodeToString(h[:]); got != vecCReq {
 		t.Fatalf("canonical request hash = %s, want %s\n%s", got, vecCReq, creq)
@@ -129,11 +129,22 @@ func TestVerifyRefusals(t *testing.T) {
 		{name: "malformed date", mutate: func(r *http.Request) { r.Header.Set("X-Amz-Date", "2026-04-01T12:00:00Z") },
 			code: CodeIncompleteSignature, msg: "X-Amz-Date must be..."},
 		{name: "header and query auth", mutate: func(r *http.Request) { r.URL.RawQuery = "X-Amz-Signature=" + vecSig },
-			code: CodeInvalidSignature, msg: "Only one auth mechanism allowed..."},
+			code: CodeInvalidSignature, msg: "Presigned (query-string) authentication is not accepted here..."},
+		{name: "query auth alone", mutate: func(r *http.Request) {
+			r.Header.Del("Authorization")
+			r.URL.RawQuery = "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=" + vecAKID + "%2F20260401%2Fus-east-1%2Fecs%2Faws4_request"
+		}, code: CodeInvalidSignature, msg: "Presigned (query-string) authentication is not accepted here..."},
 		{name: "content sha256 mismatch", mutate: func(r *http.Request) { r.Header.Set("X-Amz-Content-Sha256", strings.Repeat("0", 64)) },
 			code: CodeInvalidSignature, msg: "The provided 'x-amz-content-sha256' header does not match what was computed."},
-		{name: "unsigned payload not signed", mutate: func(r *http.Request) { r.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD") },
-			code: CodeInvalidSignature, msg: "The request signature we calculated does not match..."},
+		{name: "unsigned payload", mutate: func(r *http.Request) { r.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD") },
+			code: CodeInvalidSignature, msg: `The 'x-amz-content-sha256' header must be the lowercase hex SHA-256 of the request body; this endpoint takes no unsigned or streaming payloads (got "UNSIGNED-PAYLOAD").`},
+		{name: "uppercase hash", mutate: func(r *http.Request) {
+			r.Header.Set("X-Amz-Content-Sha256", strings.ToUpper(hashHex([]byte(vecBody))))
+		}, code: CodeInvalidSignature, msg: "The 'x-amz-content-sha256' header must be the lowercase hex SHA-256..."},
+		{name: "two hashes", mutate: func(r *http.Request) {
+			r.Header.Add("X-Amz-Content-Sha256", hashHex([]byte(vecBody)))
+			r.Header.Add("X-Amz-Content-Sha256", hashHex([]byte(vecBody)))
+		}, code: CodeInvalidSignature, msg: "The 'x-amz-content-sha256' header must be the lowercase hex SHA-256..."},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -268,10 +279,14 @@ func TestDateHeaderFallback(t *testing.T) {
 	wantError(t, err, CodeInvalidSignature, "The request signature we calculated does not match...")
 }
 
-// TestContentSHA256Header: a signed x-amz-content-sha256 (a real hash or
-// UNSIGNED-PAYLOAD) is the payload line the SDK signed with.
+// TestContentSHA256Header: a signed x-amz-content-sha256 holding the
+// body's hash verifies. Issue 46, point 4: signed with UNSIGNED-PAYLOAD,
+// STREAMING-AWS4-HMAC-SHA256-PAYLOAD or "x" and the body then swapped, the
+// request went through; now each is refused for what the header holds,
+// swapped or not, and a real hash with a swapped body for the mismatch.
 func TestContentSHA256Header(t *testing.T) {
-	for _, value := range []string{"UNSIGNED-PAYLOAD", hashHex([]byte(vecBody))} {
+	swapped := strings.Replace(vecBody, "my-daemon", "my-daem0n", 1)
+	sign := func(value string) *http.Request {
 		req, err := http.NewRequest(http.MethodPost, "http://localhost:8080/", strings.NewReader(vecBody))
 		if err != nil {
 			t.Fatal(err)
@@ -283,20 +298,58 @@ func TestContentSHA256Header(t *testing.T) {
 		if !strings.Contains(req.Header.Get("Authorization"), "x-amz-content-sha256") {
 			t.Fatalf("the SDK did not sign x-amz-content-sha256: %s", req.Header.Get("Authorization"))
 		}
-		r, body := onTheWire(t, req)
-		if _, err := fixedVerifier(vecTime).Verify(context.Background(), r, body); err != nil {
-			t.Fatalf("x-amz-content-sha256 %s: %v", value, err)
+		r, _ := onTheWire(t, req)
+		return r
+	}
+	r := sign(hashHex([]byte(vecBody)))
+	if _, err := fixedVerifier(vecTime).Verify(context.Background(), r, []byte(vecBody)); err != nil {
+		t.Fatalf("x-amz-content-sha256 with the body's hash: %v", err)
+	}
+	_, err := fixedVerifier(vecTime).Verify(context.Background(), r, []byte(swapped))
+	wantError(t, err, CodeInvalidSignature, "The provided 'x-amz-content-sha256' header does not match what was computed.")
+
+	for _, value := range []string{"UNSIGNED-PAYLOAD", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD", "x"} {
+		r := sign(value)
+		for _, body := range []string{vecBody, swapped} {
+			_, err := fixedVerifier(vecTime).Verify(context.Background(), r, []byte(body))
+			wantError(t, err, CodeInvalidSignature, fmt.Sprintf("The 'x-amz-content-sha256' header must be the lowercase hex SHA-256 "+
+				"of the request body; this endpoint takes no unsigned or streaming payloads (got %q).", value))
 		}
-		if value != "UNSIGNED-PAYLOAD" {
-			_, err = fixedVerifier(vecTime).Verify(context.Background(), r, []byte(strings.Replace(vecBody, "my-daemon", "my-daem0n", 1)))
-			wantError(t, err, CodeInvalidSignature, "The provided 'x-amz-content-sha256' header does not match what was computed.")
+		// Refused from the headers, before a body is read.
+		if _, err := fixedVerifier(vecTime).Begin(context.Background(), r); err == nil {
+			t.Fatalf("%s: Begin accepted it", value)
 		}
 	}
 }
 
+// TestBeginThenFinish: the headers are judged without the body; the
+// signature over the body only by Finish.
+func TestBeginThenFinish(t *testing.T) {
+	v := fixedVerifier(vecTime)
+	p, err := v.Begin(context.Background(), vectorRequest(vecBody))
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	if _, err := p.Finish([]byte(vecBody + " ")); err == nil {
+		t.Fatal("Finish accepted another body")
+	}
+	if got, err := p.Finish([]byte(vecBody)); err != nil || got.AccessKeyID != vecAKID {
+		t.Fatalf("Finish: %+v, %v", got, err)
+	}
+	r := vectorRequest(vecBody)
+	r.Header.Set("Authorization", strings.Replace(vecAuthz, vecAKID, "AKIAUNKNOWNKEY000000", 1))
+	_, err = v.Begin(context.Background(), r)
+	wantError(t, err, CodeUnrecognizedClient, "The security token included in the request is invalid.")
+	_, err = fixedVerifier(vecTime.Add(time.Hour)).Begin(context.Background(), vectorRequest(vecBody))
+	wantError(t, err, CodeInvalidSignature, "Signature expired...")
+	if got := ClaimedService(vectorRequest(vecBody)); got != "ecs" {
+		t.Fatalf("ClaimedService = %q", got)
+	}
+}
+
 func TestCanonicalQueryOrder(t *testing.T) {
-	got := canonicalQuery("b=two+words&a-b=2&a=x%2Fy&a=1&X-Amz-Signature=ff&e", true)
-	want := "a=1&a=x%2Fy&a-b=2&b=two%20words&e="
+	got := canonicalQuery("b=two+words&a-b=2&a=x%2Fy&a=1&X-Amz-Nothing=ff&e")
+	want := "X-Amz-Nothing=ff&a=1&a=x%2Fy&a-b=2&b=two%20words&e="
 	if got != want {
 		t.Fatalf("canonicalQuery = %q, want %q", got, want)
 	}
@@ -437,7 +490,7 @@ func FuzzVerify(f *testing.F) {
 			}
 		}
 
-		if q := req.URL.Query(); q.Has("X-Amz-Algorithm") || q.Has("X-Amz-Credential") || q.Has("X-Amz-Signature") {
+		if q := req.URL.Query(); q.Has("X-Amz-Algorithm") || q.Has("X-Amz-Credential") || q.Has("X-Amz-SignedHeaders") || q.Has("X-Amz-Signature") {
 			refused("presigning parameters next to the header", nil)
 			return
 		}

@@ -14,7 +14,6 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net"
@@ -105,7 +104,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("x-amzn-RequestId", id)
 	rec := api.Record{Time: start, RequestID: id, SourceIP: sourceIP(r), UserAgent: r.UserAgent(), AccessKeyID: auth.ClaimedKeyID(r)}
 	ns := iamNamespace
-	c, e := h.serve(r, &rec, &ns)
+	c, e := h.serve(w, r, &rec, &ns)
 	if e.code != "" {
 		writeError(w, ns, id, e)
 	} else {
@@ -124,16 +123,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serve authenticates and runs one call; the error's code is empty when
 // it succeeded.
-func (h *Handler) serve(r *http.Request, rec *api.Record, ns *string) (*call, wireError) {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, rec *api.Record, ns *string) (*call, wireError) {
 	if r.Method != http.MethodPost {
 		return nil, wireError{http.StatusMethodNotAllowed, "InvalidAction", "the Query API accepts POST / only"}
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, api.MaxBody+1))
-	if err != nil {
-		return nil, wireError{400, "MalformedInput", "could not read the request body"}
+	// The headers are judged before the body is read, by the verifier of
+	// the service the signature names; the action in the body must then
+	// belong to it.
+	signedSTS := auth.ClaimedService(r) == "sts"
+	finish, werr := h.begin(r, signedSTS)
+	if werr.code != "" {
+		return nil, werr
 	}
-	if len(body) > api.MaxBody {
-		return nil, wireError{413, "MalformedInput", fmt.Sprintf("request body exceeds the %d byte limit", api.MaxBody)}
+	body, err := api.ReadBody(r, maxBody)
+	if tl := (*api.TooLargeError)(nil); errors.As(err, &tl) {
+		if !tl.Drained {
+			w.Header().Set("Connection", "close") // nothing more of it is read
+		}
+		return nil, wireError{413, "MalformedInput", tl.Error()}
+	} else if err != nil {
+		return nil, wireError{400, "MalformedInput", "could not read the request body"}
 	}
 	form, err := url.ParseQuery(string(body))
 	if err != nil {
@@ -143,18 +152,19 @@ func (h *Handler) serve(r *http.Request, rec *api.Record, ns *string) (*call, wi
 	rec.Operation = action
 	rec.ReadOnly = readOnly(action)
 	isSTS := version == STSVersion || version == "" && action == "GetCallerIdentity"
-	verifier, ops := h.iamV, iamOperations
+	ops := iamOperations
 	if isSTS {
-		*ns, verifier, ops = stsNamespace, h.stsV, stsOperations
+		*ns, ops = stsNamespace, stsOperations
 	}
-	p, err := verifier.Verify(r.Context(), r, body)
-	if err != nil {
-		var ae *auth.Error
-		if errors.As(err, &ae) {
-			return nil, authError(ae)
+	if isSTS != signedSTS {
+		// Signed for the other service: its verifier's scope check says so.
+		if finish, werr = h.begin(r, isSTS); werr.code != "" {
+			return nil, werr
 		}
-		h.log.Error("authenticate", "err", err)
-		return nil, wireError{500, "ServiceFailure", "could not authenticate the request"}
+	}
+	p, err := finish(body)
+	if err != nil {
+		return nil, h.authFailure(err)
 	}
 	rec.Principal, rec.AccessKeyID = p, p.AccessKeyID
 	switch {
@@ -181,6 +191,33 @@ func (h *Handler) serve(r *http.Request, rec *api.Record, ns *string) (*call, wi
 	}
 	c.result = res
 	return c, wireError{}
+}
+
+// maxBody caps a Query API body. Policy documents are the largest input
+// (up to 131,072 characters); percent-encoded they take about three bytes
+// a character.
+const maxBody = 512 << 10
+
+// begin starts authenticating r with the IAM or the STS verifier.
+func (h *Handler) begin(r *http.Request, sts bool) (func([]byte) (auth.Principal, error), wireError) {
+	v := h.iamV
+	if sts {
+		v = h.stsV
+	}
+	finish, err := api.BeginVerify(r.Context(), v, r)
+	if err != nil {
+		return nil, h.authFailure(err)
+	}
+	return finish, wireError{}
+}
+
+func (h *Handler) authFailure(err error) wireError {
+	var ae *auth.Error
+	if errors.As(err, &ae) {
+		return authError(ae)
+	}
+	h.log.Error("authenticate", "err", err)
+	return wireError{500, "ServiceFailure", "could not authenticate the request"}
 }
 
 // readOnly says whether an action only reads, for the audit trail.

@@ -374,8 +374,8 @@ func TestWireProtocol(t *testing.T) {
 		rp = signedCall(t, srv, "ListClusters", []byte(`["not","an","object"]`), now())
 		wantError(t, rp, http.StatusBadRequest, "SerializationException", "object")
 	})
-	t.Run("body over 1 MiB", func(t *testing.T) {
-		body := []byte(`{"clusters":["` + strings.Repeat("x", 1<<20) + `"]}`)
+	t.Run("body over its cap", func(t *testing.T) {
+		body := []byte(`{"clusters":["` + strings.Repeat("x", 100<<10) + `"]}`)
 		rp := signedCall(t, srv, "DescribeClusters", body, now())
 		var e struct {
 			Type    string `json:"__type"`
@@ -387,7 +387,7 @@ func TestWireProtocol(t *testing.T) {
 		if e.Type != "SerializationException" || rp.header.Get("X-Amzn-ErrorType") != e.Type {
 			t.Errorf("oversized body: %s (X-Amzn-ErrorType %q)", rp, rp.header.Get("X-Amzn-ErrorType"))
 		}
-		if !strings.Contains(e.Message, "exceeds") || !strings.Contains(e.Message, strconv.Itoa(1<<20)) {
+		if !strings.Contains(e.Message, "exceeds") || !strings.Contains(e.Message, strconv.Itoa(64<<10)) {
 			t.Errorf("oversized body message %q does not state the limit", e.Message)
 		}
 	})
