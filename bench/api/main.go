@@ -5,6 +5,8 @@
 //
 // By default it starts a server in-process (embedded etcd in a temporary
 // directory); -endpoint points it at a running server instead.
+// -compare-user runs every scenario both as the root and as an IAM user
+// whose policy has ten statements, and reports the user/root ratios.
 package main
 
 import (
@@ -76,6 +78,11 @@ type options struct {
 	settle     time.Duration
 	rawBody    bool
 	ops        []string
+	// compareUser runs every scenario as the root and as an IAM user, in
+	// rounds of alternating phases (user.go).
+	compareUser bool
+	compareMode string
+	rounds      int
 }
 
 func main() {
@@ -113,6 +120,9 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.dataDir, "data-dir", "", "parent directory for the in-process server's data (default: system temp dir)")
 	fs.DurationVar(&o.settle, "settle-timeout", 2*time.Minute, "how long to wait for the controller to finish deletes between scenarios")
 	fs.BoolVar(&o.rawBody, "raw-sdk-body", false, "pass the SDK's request body to net/http unchanged (shows a client-side connection race; see inMemoryBody)")
+	fs.BoolVar(&o.compareUser, "compare-user", false, "also create an IAM user with a ten-statement policy and run each scenario signed as the root and as the user, in alternating phases; prints both and the user/root ratios")
+	fs.StringVar(&o.compareMode, "compare-mode", "mixed", "with -compare-user: mixed (each client alternates root and user request by request) or phases (all clients root, then all user, alternating)")
+	fs.IntVar(&o.rounds, "compare-rounds", 3, "with -compare-user: rounds per scenario and client count, each one mixed phase or a pair of phases (root then user, user then root, ...) of -warmup + -duration")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -140,6 +150,10 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-warmup must not be negative")
 	case o.daemons < 1:
 		return o, errors.New("-daemons must be at least 1")
+	case o.compareUser && o.rounds < 1:
+		return o, errors.New("-compare-rounds must be at least 1")
+	case o.compareMode != "mixed" && o.compareMode != "phases":
+		return o, fmt.Errorf("-compare-mode: %q is not mixed or phases", o.compareMode)
 	case o.endpoint != "" && (o.accessKey == "" || o.secretKey == ""):
 		return o, errors.New("-endpoint needs -access-key and -secret-key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
 	}
@@ -184,6 +198,11 @@ func startTarget(ctx context.Context, o options) (*target, error) {
 // connection per client alive. Retries are off so every latency and error
 // is what one request saw.
 func (t *target) newClients(n, maxConns int, rawBody bool) []*ecs.Client {
+	return t.newClientsAs(n, maxConns, rawBody, t.keyID, t.secret)
+}
+
+// newClientsAs is newClients signing with another access key.
+func (t *target) newClientsAs(n, maxConns int, rawBody bool, keyID, secret string) []*ecs.Client {
 	var httpClient ecs.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
 		tr.MaxIdleConns = maxConns * 2
 		tr.MaxIdleConnsPerHost = maxConns * 2
@@ -202,7 +221,7 @@ func (t *target) newClients(n, maxConns int, rawBody bool) []*ecs.Client {
 		out[i] = ecs.New(ecs.Options{
 			Region:       t.region,
 			BaseEndpoint: aws.String(t.url),
-			Credentials:  credentials.NewStaticCredentialsProvider(t.keyID, t.secret, ""),
+			Credentials:  credentials.NewStaticCredentialsProvider(keyID, secret, ""),
 			HTTPClient:   httpClient,
 			Retryer:      aws.NopRetryer{},
 		})
@@ -386,12 +405,14 @@ type series struct {
 type recorder struct {
 	measureFrom time.Time
 	ops         map[string]*series
+	prefix      string // put before op names (-compare-user's mixed mode)
 }
 
 func (r *recorder) add(op string, started time.Time, d time.Duration, err error) {
 	if started.Before(r.measureFrom) {
 		return
 	}
+	op = r.prefix + op
 	s := r.ops[op]
 	if s == nil {
 		s = &series{errs: map[string]int{}, errExamp: map[string]string{}}
@@ -438,6 +459,8 @@ type Row struct {
 	P99           float64           `json:"p99Ms"`
 	Max           float64           `json:"maxMs"`
 	SettleSeconds float64           `json:"settleSeconds,omitempty"`
+	// Principal is "root" or "user" with -compare-user, else empty.
+	Principal string `json:"principal,omitempty"`
 	// NewConns is TCP connections the clients opened while measuring (all
 	// operations of the scenario); with keep-alive working it stays near 0.
 	NewConns int64 `json:"newConns"`
@@ -455,6 +478,25 @@ type Row struct {
 // one row per operation recorded. Workers stop starting requests at the
 // deadline; requests in flight then are finished and counted.
 func runScenario(ctx context.Context, clients []*ecs.Client, warmup, duration time.Duration, w workload) ([]Row, error) {
+	ph, err := measure(ctx, clients, warmup, duration, w)
+	if err != nil {
+		return nil, err
+	}
+	return summarize(len(clients), ph), nil
+}
+
+// phase is what one measured run of a scenario recorded, before
+// percentiles: phases of the same kind are merged by summarize.
+type phase struct {
+	ops      map[string]*series
+	order    []string
+	elapsed  time.Duration
+	newConns int64
+	cpu      time.Duration // this process's CPU over elapsed
+	other    time.Duration // the rest of the machine's
+}
+
+func measure(ctx context.Context, clients []*ecs.Client, warmup, duration time.Duration, w workload) (*phase, error) {
 	start := time.Now()
 	measureFrom := start.Add(warmup)
 	end := measureFrom.Add(duration)
@@ -484,36 +526,53 @@ func runScenario(ctx context.Context, clients []*ecs.Client, warmup, duration ti
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	elapsed := time.Since(measureFrom)
-	newConns := dials.Load() - dialsAtStart.Load()
-	cores := (processCPU() - time.Duration(cpuAtStart.Load())).Seconds() / elapsed.Seconds()
-	other := max(0, (hostBusyCPU()-time.Duration(hostAtStart.Load())).Seconds()/elapsed.Seconds()-cores)
-
-	merged := map[string]*series{}
-	var order []string
+	ph := &phase{ops: map[string]*series{}, elapsed: time.Since(measureFrom), newConns: dials.Load() - dialsAtStart.Load()}
+	ph.cpu = processCPU() - time.Duration(cpuAtStart.Load())
+	ph.other = max(0, hostBusyCPU()-time.Duration(hostAtStart.Load())-ph.cpu)
 	for _, r := range recs {
-		for op, s := range r.ops {
-			m := merged[op]
-			if m == nil {
-				m = &series{errs: map[string]int{}, errExamp: map[string]string{}}
-				merged[op] = m
-				order = append(order, op)
-			}
-			m.lat = append(m.lat, s.lat...)
-			for k, n := range s.errs {
-				m.errs[k] += n
-				if _, ok := m.errExamp[k]; !ok {
-					m.errExamp[k] = s.errExamp[k]
-				}
+		ph.add(r.ops)
+	}
+	return ph, nil
+}
+
+// add merges one worker's (or one phase's) series into ph.
+func (ph *phase) add(ops map[string]*series) {
+	for op, s := range ops {
+		m := ph.ops[op]
+		if m == nil {
+			m = &series{errs: map[string]int{}, errExamp: map[string]string{}}
+			ph.ops[op] = m
+			ph.order = append(ph.order, op)
+		}
+		m.lat = append(m.lat, s.lat...)
+		for k, n := range s.errs {
+			m.errs[k] += n
+			if _, ok := m.errExamp[k]; !ok {
+				m.errExamp[k] = s.errExamp[k]
 			}
 		}
 	}
-	sort.Slice(order, func(i, j int) bool { return opRank(order[i]) < opRank(order[j]) })
+}
+
+// summarize reports the phases together, as one run of their summed
+// length: one row per operation.
+func summarize(clients int, phases ...*phase) []Row {
+	all := &phase{ops: map[string]*series{}}
+	for _, ph := range phases {
+		all.add(ph.ops)
+		all.elapsed += ph.elapsed
+		all.newConns += ph.newConns
+		all.cpu += ph.cpu
+		all.other += ph.other
+	}
+	secs := all.elapsed.Seconds()
+	sort.Slice(all.order, func(i, j int) bool { return opRank(all.order[i]) < opRank(all.order[j]) })
 	var rows []Row
-	for _, op := range order {
-		s := merged[op]
+	for _, op := range all.order {
+		s := all.ops[op]
 		slices.Sort(s.lat)
-		row := Row{Operation: op, Clients: len(clients), Seconds: elapsed.Seconds(), NewConns: newConns, ProcessCPU: cores, OtherCPU: other}
+		row := Row{Operation: op, Clients: clients, Seconds: secs, NewConns: all.newConns,
+			ProcessCPU: all.cpu.Seconds() / secs, OtherCPU: all.other.Seconds() / secs}
 		for _, n := range s.errs {
 			row.Errors += n
 		}
@@ -521,14 +580,14 @@ func runScenario(ctx context.Context, clients []*ecs.Client, warmup, duration ti
 			row.ErrorKinds, row.ErrorExamples = s.errs, s.errExamp
 		}
 		row.Requests = len(s.lat) + row.Errors
-		row.Throughput = float64(row.Requests) / elapsed.Seconds()
+		row.Throughput = float64(row.Requests) / secs
 		row.P50, row.P90, row.P99 = benchkit.Ms(benchkit.Pct(s.lat, 0.50)), benchkit.Ms(benchkit.Pct(s.lat, 0.90)), benchkit.Ms(benchkit.Pct(s.lat, 0.99))
 		if len(s.lat) > 0 {
 			row.Max = benchkit.Ms(s.lat[len(s.lat)-1])
 		}
 		rows = append(rows, row)
 	}
-	return rows, nil
+	return rows
 }
 
 func opRank(op string) int {
@@ -660,6 +719,8 @@ type Report struct {
 	Rows            []Row       `json:"rows"`
 	Goal            string      `json:"goal"`
 	GoalChecks      []GoalCheck `json:"goalChecks"`
+	// Compare is set with -compare-user.
+	Compare *Comparison `json:"compareUser,omitempty"`
 }
 
 func run(ctx context.Context, o options, stdout io.Writer) error {
@@ -704,9 +765,17 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 		defer writeProfile("mutex", o.mutexProf)
 	}
 
+	if o.compareUser {
+		if err := runCompare(ctx, o, t, f, admin, clients, rep, stdout); err != nil {
+			return err
+		}
+	}
 	// Scenarios run in -ops order, each over all client counts, so the
 	// reads (by default) see a store not yet grown by churn.
 	for _, op := range o.ops {
+		if o.compareUser {
+			break // runCompare ran them
+		}
 		for _, n := range o.clients {
 			var name string
 			var w workload
@@ -744,6 +813,9 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 
 	fmt.Fprintln(stdout)
 	printTable(stdout, rep)
+	if rep.Compare != nil {
+		printComparison(stdout, rep)
+	}
 	if o.jsonOut != "" {
 		if err := benchkit.WriteJSON(o.jsonOut, rep); err != nil {
 			return err
@@ -758,7 +830,7 @@ func goalChecks(rows []Row) []GoalCheck {
 	for _, op := range []string{opDescribe, opList} {
 		g := GoalCheck{Operation: op, Clients: goalClients, LimitMs: benchkit.Ms(goalP99)}
 		for _, r := range rows {
-			if r.Operation == op && r.Clients == goalClients {
+			if r.Operation == op && r.Clients == goalClients && (r.Principal == "" || r.Principal == principalRoot) {
 				p99 := r.P99
 				// Errors count against the goal: a run that failed requests
 				// has not shown the latency it claims.
@@ -775,13 +847,15 @@ func printTable(w io.Writer, rep *Report) {
 	m := rep.Machine
 	fmt.Fprintf(w, "%s/%s, GOMAXPROCS=%d, NumCPU=%d, %s, %s; load average %s → %s; %d daemons; %gs per scenario after %gs warm-up\n\n",
 		m.GOOS, m.GOARCH, m.GOMAXPROCS, m.NumCPU, m.GoVersion, m.CPUModel, m.LoadAvgStart, m.LoadAvgEnd, rep.Daemons, rep.DurationSeconds, rep.WarmupSeconds)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "operation\tclients\trequests\treq/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\tnew conns\tcpu\tother cpu\t")
-	for _, r := range rep.Rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%.2f\t%.2f\t\n",
-			r.Operation, r.Clients, r.Requests, r.Throughput, r.P50, r.P90, r.P99, r.Max, r.Errors, r.NewConns, r.ProcessCPU, r.OtherCPU)
+	if rep.Compare == nil {
+		printRows(w, rep.Rows)
+	} else {
+		for _, who := range []string{principalRoot, principalUser} {
+			fmt.Fprintf(w, "signed as the %s:\n", who)
+			printRows(w, slices.DeleteFunc(slices.Clone(rep.Rows), func(r Row) bool { return r.Principal != who }))
+			fmt.Fprintln(w)
+		}
 	}
-	tw.Flush()
 	var errLines []string
 	for _, r := range rep.Rows {
 		for k, n := range r.ErrorKinds {
@@ -808,6 +882,16 @@ func printTable(w io.Writer, rep *Report) {
 			fmt.Fprintf(w, "  %-15s p99 %.2f ms, %d errors: %s\n", g.Operation, *g.P99Ms, g.Errors, verdict)
 		}
 	}
+}
+
+func printRows(w io.Writer, rows []Row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "operation\tclients\trequests\treq/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\tnew conns\tcpu\tother cpu\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%.2f\t%.2f\t\n",
+			r.Operation, r.Clients, r.Requests, r.Throughput, r.P50, r.P90, r.P99, r.Max, r.Errors, r.NewConns, r.ProcessCPU, r.OtherCPU)
+	}
+	tw.Flush()
 }
 
 // cleanup deletes what the run created on an external server; the
