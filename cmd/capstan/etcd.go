@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -17,8 +18,8 @@ func runEtcd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("capstan etcd", flag.ContinueOnError)
 	var dir, listen, peer, level string
 	fs.StringVar(&dir, "data-dir", defaultDir("etcd", "capstan-etcd"), "directory for the member's data")
-	fs.StringVar(&listen, "listen", "127.0.0.1:2379", "IP:PORT servers reach the member on (capstan server --etcd-endpoints http://IP:PORT)")
-	fs.StringVar(&peer, "peer-listen", "127.0.0.1:2380", "IP:PORT of the member's peer URL")
+	fs.StringVar(&listen, "listen", "127.0.0.1:2379", "IP:PORT servers reach the member on, over TLS with the client certificate it generates (capstan server --etcd-endpoints https://IP:PORT)")
+	fs.StringVar(&peer, "peer-listen", "127.0.0.1:2380", "IP:PORT of the member's peer URL (TLS, client certificates of its CA only)")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -30,22 +31,30 @@ func runEtcd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := store.CheckMemberURL("http://" + listen); err != nil {
+	if err := store.CheckMemberAddr(listen); err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	if _, err := store.CheckMemberURL("http://" + peer); err != nil {
+	if err := store.CheckMemberAddr(peer); err != nil {
 		return fmt.Errorf("--peer-listen: %w", err)
 	}
 	if listen == peer {
 		return fmt.Errorf("--listen and --peer-listen must differ (both %s)", listen)
 	}
-	m, err := store.StartMember(ctx, store.MemberConfig{Dir: dir, ClientURL: "http://" + listen, PeerURL: "http://" + peer,
+	// Absolute, for the flags printed below to work from anywhere.
+	if dir, err = filepath.Abs(dir); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	m, err := store.StartMember(ctx, store.MemberConfig{Dir: dir, Listen: listen, PeerListen: peer,
 		CompactEvery: store.CompactEvery, Logger: log, EtcdLogLevel: etcdLogLevel(lvl)})
 	if err != nil {
 		return err
 	}
-	log.Info("capstan etcd ready", "client_url", m.ClientURL(), "data_dir", dir, "max_txn_ops", store.EmbeddedMaxTxnOps)
-	fmt.Fprintf(os.Stderr, "\nServers use it with:\n\n  capstan server --etcd-endpoints %s --etcd-max-txn-ops %d\n\n", m.ClientURL(), store.EmbeddedMaxTxnOps)
+	t := m.ClientTLS()
+	log.Info("capstan etcd ready", "client_url", m.ClientURL(), "data_dir", dir, "max_txn_ops", store.EmbeddedMaxTxnOps,
+		"ca_cert", t.CACert, "client_cert", t.Cert)
+	fmt.Fprintf(os.Stderr, "\nServers use it with (on other hosts, with copies of the three files; the key 0600):\n\n"+
+		"  capstan server --etcd-endpoints %s --etcd-max-txn-ops %d --etcd-cacert %s --etcd-cert %s --etcd-key %s\n\n",
+		m.ClientURL(), store.EmbeddedMaxTxnOps, t.CACert, t.Cert, t.Key)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")

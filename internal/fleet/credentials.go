@@ -30,6 +30,12 @@ func (c Credentials) Credential(ctx context.Context, keyID string) (auth.Credent
 	return auth.Credential{AccessKeyID: v.AccessKeyID, SecretAccessKey: v.SecretAccessKey, Role: auth.RoleAgent, InstanceID: v.InstanceID}, true, nil
 }
 
+// SealCredentials rewrites sealed the agent credentials an earlier
+// version stored with their secret in the clear; it says how many.
+func (s *State) SealCredentials(ctx context.Context) (int, error) {
+	return store.Reseal[store.AgentCredential](ctx, s.Store, "credentials/")
+}
+
 func keyIDPattern(s string) bool {
 	if len(s) < 4 || len(s) > 128 {
 		return false

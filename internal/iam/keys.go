@@ -28,10 +28,34 @@ type AccessKey struct {
 }
 
 // accessKeyRecord is the stored key, keyed by its ID so that
-// authenticating a request reads one record.
+// authenticating a request reads one record. Its secret goes to etcd
+// sealed (store.SecretRecord); records written before secrets were
+// sealed hold it in the clear, and are sealed when next written.
 type accessKeyRecord struct {
 	AccessKey
-	UserArn string `json:"userArn"`
+	UserArn               string `json:"userArn"`
+	SealedSecretAccessKey string `json:"sealedSecretAccessKey,omitempty"`
+}
+
+var _ store.SecretRecord = (*accessKeyRecord)(nil)
+
+func (r accessKeyRecord) SealSecrets(s store.Sealer) (any, error) {
+	err := store.SealSecret(s, &r.SecretAccessKey, &r.SealedSecretAccessKey, r.AccessKeyID)
+	return r, err
+}
+
+func (r *accessKeyRecord) OpenSecrets(s store.Sealer) error {
+	return store.OpenSecret(s, &r.SecretAccessKey, &r.SealedSecretAccessKey, r.AccessKeyID)
+}
+
+func (r *accessKeyRecord) InClear() bool {
+	return r.SecretAccessKey != "" && r.SealedSecretAccessKey == ""
+}
+
+// SealAccessKeys rewrites sealed the keys an earlier version stored with
+// their secret in the clear; it says how many.
+func (s *Store) SealAccessKeys(ctx context.Context) (int, error) {
+	return store.Reseal[accessKeyRecord](ctx, s.st, store.IAMAccessKeyPrefix())
 }
 
 // CreateAccessKey mints an Active key for the user; a user has at most two.

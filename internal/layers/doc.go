@@ -13,7 +13,7 @@ var Layers = [][][]string{
 	// interface and the other leaves both sides build on.
 	{{"internal/api/...", "internal/auth", "internal/alarms", "internal/codec", "internal/coverage", "internal/cpus",
 		"internal/events", "internal/fault", "internal/link", "internal/protocol", "internal/provision",
-		"internal/runtime/...", "internal/store", "internal/taskdef", "internal/iam/policy"}},
+		"internal/runtime/...", "internal/secrets", "internal/store", "internal/taskdef", "internal/iam/policy"}},
 	// The pure plans of the domain: a daemon rollout, a service deployment.
 	{{"internal/rollout"}, {"internal/servicedeploy"}},
 	// The fleet's state and every decision on it that more than one edge

@@ -12,11 +12,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
@@ -36,19 +36,27 @@ const (
 type embedded struct {
 	etcd *embed.Etcd
 	lock *os.File // the data dir's, held while etcd runs
+	// sockDir holds the client socket when the data dir's path is too
+	// long for one; removed on close.
+	sockDir string
 }
 
-// startEmbedded starts etcd with its data in dir. Ports are chosen once and
-// kept in dir so that a restarted member finds the peer URL it recorded.
+// startEmbedded starts etcd with its data in dir. The server talks to it
+// in process; other clients (etcdctl) reach it on a unix socket in dir,
+// which only dir's owner may enter: it has no TCP port, for whoever else
+// is on the host to read and write the state through.
 func startEmbedded(ctx context.Context, dir string, log *slog.Logger) (*embedded, *clientv3.Client, error) {
 	return startMember(ctx, memberOpts{dir: dir, log: log})
 }
 
-// memberOpts say where a member keeps its data and listens; without URLs
-// it takes the ports recorded in dir, or free ones.
+// memberOpts say where a member keeps its data and listens.
 type memberOpts struct {
-	dir                string
-	clientURL, peerURL *url.URL
+	dir string
+	// listen and peerListen (IP:PORT), if set, serve clients and peers
+	// over TLS that requires a certificate of the member's CA (tls.go);
+	// without them the member serves clients on a unix socket in dir and
+	// has no peer listener: a single member has no peers to hear.
+	listen, peerListen string
 	// etcdLog takes etcd's own log (nil: none, as when embedded: the
 	// server reports what matters through its store).
 	etcdLog *zap.Logger
@@ -56,23 +64,9 @@ type memberOpts struct {
 }
 
 func startMember(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client, error) {
-	for attempt := 0; ; attempt++ {
-		e, c, err := startEmbeddedOnce(ctx, o)
-		// Ports are picked free, then bound by etcd a moment later: another
-		// process can take one between. New ones are picked; ports the
-		// caller chose are its to fix.
-		if errors.Is(err, syscall.EADDRINUSE) && o.clientURL == nil && attempt < 3 {
-			os.Remove(filepath.Join(o.dir, "ports"))
-			continue
-		}
-		return e, c, err
-	}
-}
-
-func startEmbeddedOnce(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client, error) {
 	dir := o.dir
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("etcd data dir: %w", err)
+	if err := privateDir(dir); err != nil {
+		return nil, nil, err
 	}
 	lock, err := lockDir(ctx, dir, o.log)
 	if err != nil {
@@ -85,6 +79,26 @@ func startEmbeddedOnce(ctx context.Context, o memberOpts) (*embedded, *clientv3.
 	}
 	e.lock = lock
 	return e, c, nil
+}
+
+// privateDir makes dir, or finds it, owned by this process's user and
+// closed to everyone else: whoever may enter it may connect to the
+// member's socket.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("etcd data dir: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("etcd data dir: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("etcd data dir %s belongs to uid %d, not to this process's user (uid %d)", dir, st.Uid, os.Geteuid())
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("etcd data dir: %w", err)
+	}
+	return nil
 }
 
 // lockWait is how long a member waits for its data dir's lock: long
@@ -127,20 +141,34 @@ func lockDir(ctx context.Context, dir string, log *slog.Logger) (*os.File, error
 
 func startLocked(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client, error) {
 	dir := o.dir
-	cu, pu := o.clientURL, o.peerURL
-	if cu == nil {
-		clientPort, peerPort, err := ports(filepath.Join(dir, "ports"))
-		if err != nil {
-			return nil, nil, err
-		}
-		cu, _ = url.Parse("http://127.0.0.1:" + strconv.Itoa(clientPort))
-		pu, _ = url.Parse("http://127.0.0.1:" + strconv.Itoa(peerPort))
-	}
 	cfg := embed.NewConfig()
 	cfg.Name = "capstan"
 	cfg.Dir = filepath.Join(dir, "data")
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	e := &embedded{}
+	if o.listen == "" {
+		sock, sockDir, err := socketPath(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		e.sockDir = sockDir
+		cu := url.URL{Scheme: "unix", Path: sock}
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+		// Named for the member's identity in a new cluster; nothing
+		// listens there (a restarted member keeps the one it recorded).
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = nil, []url.URL{{Scheme: "unix", Path: filepath.Join(dir, "peer.sock")}}
+		// Ports kept by earlier versions, which listened on 127.0.0.1.
+		os.Remove(filepath.Join(dir, "ports"))
+	} else {
+		f, err := ensureMemberTLS(dir, memberIPs(o.listen, o.peerListen))
+		if err != nil {
+			return nil, nil, err
+		}
+		cu, pu := url.URL{Scheme: "https", Host: o.listen}, url.URL{Scheme: "https", Host: o.peerListen}
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+		info := transport.TLSInfo{CertFile: f.Server, KeyFile: f.ServerKey, TrustedCAFile: f.CA, ClientCertAuth: true}
+		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
+	}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(cmp.Or(o.etcdLog, zap.NewNop()))
@@ -158,28 +186,77 @@ func startLocked(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client
 	// their size.
 	cfg.MaxTxnOps = EmbeddedMaxTxnOps
 	cfg.MaxRequestBytes = 8 << 20
-	e, err := embed.StartEtcd(cfg)
+	var err error
+	e.etcd, err = embed.StartEtcd(cfg)
 	if err != nil {
+		e.removeSockDir()
 		return nil, nil, fmt.Errorf("start embedded etcd: %w", err)
 	}
 	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
+	case <-e.etcd.Server.ReadyNotify():
+	case err := <-e.etcd.Err():
+		e.close()
 		return nil, nil, fmt.Errorf("embedded etcd: %w", err)
 	case <-time.After(60 * time.Second):
-		e.Close()
+		e.close()
 		return nil, nil, errors.New("embedded etcd: not ready after 60s")
 	case <-ctx.Done():
-		e.Close()
+		e.close()
 		return nil, nil, ctx.Err()
 	}
-	return &embedded{etcd: e}, v3client.New(e.Server), nil
+	if o.listen == "" {
+		// etcd makes the socket as the umask has it; the dir already
+		// keeps others out, this says so twice.
+		if err := os.Chmod(cfg.ListenClientUrls[0].Path, 0o600); err != nil {
+			e.close()
+			return nil, nil, fmt.Errorf("embedded etcd socket: %w", err)
+		}
+	}
+	// Where etcdctl and tests find the member (the socket's path, or
+	// the TCP one).
+	if err := os.WriteFile(filepath.Join(dir, "client-url"), []byte(e.clientURL()+"\n"), 0o600); err != nil {
+		e.close()
+		return nil, nil, fmt.Errorf("record etcd client URL: %w", err)
+	}
+	return e, v3client.New(e.etcd.Server), nil
+}
+
+// socketPath is where the member's client socket goes: in dir, or, when
+// dir's path is too long for a socket's, in a private dir of its own
+// (sockDir, to remove on close).
+func socketPath(dir string) (sock, sockDir string, err error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", "", err
+	}
+	sock = filepath.Join(abs, "etcd.sock")
+	if len(sock) < len(syscall.RawSockaddrUnix{}.Path) {
+		return sock, "", nil
+	}
+	sockDir, err = os.MkdirTemp("", "capstan-etcd-")
+	if err != nil {
+		return "", "", fmt.Errorf("etcd socket dir: %w", err)
+	}
+	sock = filepath.Join(sockDir, "etcd.sock")
+	if len(sock) >= len(syscall.RawSockaddrUnix{}.Path) {
+		os.Remove(sockDir)
+		return "", "", fmt.Errorf("etcd socket: neither %s nor %s is short enough for a unix socket's path", dir, sockDir)
+	}
+	return sock, sockDir, nil
+}
+
+func (e *embedded) removeSockDir() {
+	if e.sockDir != "" {
+		os.RemoveAll(e.sockDir)
+	}
 }
 
 func (e *embedded) close() {
 	e.etcd.Close()
-	e.lock.Close()
+	e.removeSockDir()
+	if e.lock != nil {
+		e.lock.Close()
+	}
 }
 
 // Member is an etcd member with the embedded one's settings, serving
@@ -189,6 +266,7 @@ type Member struct {
 	e         *embedded
 	client    *clientv3.Client
 	log       *slog.Logger
+	tls       TLSFiles
 	defrags   defragger
 	compacted atomic.Int64
 	etcdLevel *zap.AtomicLevel // nil: etcd's log is off
@@ -199,9 +277,12 @@ type Member struct {
 // MemberConfig says where a member keeps its data and listens.
 type MemberConfig struct {
 	Dir string
-	// ClientURL and PeerURL (http://IP:PORT) are where it listens; without
-	// them it takes ports on 127.0.0.1 picked once and kept in Dir.
-	ClientURL, PeerURL string
+	// Listen and PeerListen (IP:PORT) are where it serves servers and
+	// peers, over TLS requiring a client certificate of a CA it generates
+	// into Dir/tls on first start (MemberTLSFiles; ClientTLS names what
+	// servers present). Without them it serves on a unix socket in Dir
+	// only, as the embedded member does.
+	Listen, PeerListen string
 	// CompactEvery is how often the member compacts its own history:
 	// its servers cannot compact it behind their caches. Required.
 	CompactEvery time.Duration
@@ -221,7 +302,7 @@ func StartMember(ctx context.Context, cfg MemberConfig) (*Member, error) {
 	if cfg.CompactEvery <= 0 {
 		return nil, errors.New("store: a member needs a compaction period")
 	}
-	o := memberOpts{dir: cfg.Dir}
+	o := memberOpts{dir: cfg.Dir, listen: cfg.Listen, peerListen: cfg.PeerListen}
 	var etcdLevel *zap.AtomicLevel
 	if cfg.EtcdLogLevel != "" {
 		lvl, err := zapcore.ParseLevel(cfg.EtcdLogLevel)
@@ -236,24 +317,25 @@ func StartMember(ctx context.Context, cfg MemberConfig) (*Member, error) {
 			return nil, fmt.Errorf("store: etcd's log: %w", err)
 		}
 	}
-	if (cfg.ClientURL == "") != (cfg.PeerURL == "") {
-		return nil, errors.New("store: a member's client and peer URLs go together")
+	if (cfg.Listen == "") != (cfg.PeerListen == "") {
+		return nil, errors.New("store: a member's client and peer addresses go together")
 	}
-	if cfg.ClientURL != "" {
-		var err error
-		if o.clientURL, err = memberURL("client", cfg.ClientURL); err != nil {
-			return nil, err
+	var files TLSFiles
+	if cfg.Listen != "" {
+		if err := CheckMemberAddr(cfg.Listen); err != nil {
+			return nil, fmt.Errorf("store: the member's client address: %w", err)
 		}
-		if o.peerURL, err = memberURL("peer", cfg.PeerURL); err != nil {
-			return nil, err
+		if err := CheckMemberAddr(cfg.PeerListen); err != nil {
+			return nil, fmt.Errorf("store: the member's peer address: %w", err)
 		}
+		files = MemberTLSFiles(cfg.Dir).Client
 	}
 	o.log = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	e, c, err := startMember(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{e: e, client: c, log: o.log, etcdLevel: etcdLevel, done: make(chan struct{})}
+	m := &Member{e: e, client: c, log: o.log, tls: files, etcdLevel: etcdLevel, done: make(chan struct{})}
 	m.defrags.minBytes = cmp.Or(cfg.DefragMinBytes, DefragMinBytes)
 	run, stop := context.WithCancel(context.Background())
 	m.stop = stop
@@ -261,33 +343,20 @@ func StartMember(ctx context.Context, cfg MemberConfig) (*Member, error) {
 	return m, nil
 }
 
-// memberURL checks a listen URL.
-func memberURL(what, raw string) (*url.URL, error) {
-	u, err := CheckMemberURL(raw)
+// CheckMemberAddr says why addr cannot be a member's listen address:
+// etcd binds to an IP and a port, not a name.
+func CheckMemberAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, fmt.Errorf("store: the member's %s URL: %w", what, err)
-	}
-	return u, nil
-}
-
-// CheckMemberURL says why raw cannot be a member's listen URL: etcd binds
-// to an IP and a port, not a name.
-func CheckMemberURL(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme != "http" || u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
-		return nil, fmt.Errorf("must be http://IP:PORT (got %q)", raw)
-	}
-	host, port, err := net.SplitHostPort(u.Host)
-	if err != nil {
-		return nil, fmt.Errorf("must be http://IP:PORT (got %q)", raw)
+		return fmt.Errorf("must be IP:PORT (got %q)", addr)
 	}
 	if _, err := netip.ParseAddr(host); err != nil {
-		return nil, fmt.Errorf("must name an IP address, not %q", host)
+		return fmt.Errorf("must name an IP address, not %q", host)
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return nil, fmt.Errorf("needs a port from 1 to 65535 (got %q)", port)
+		return fmt.Errorf("needs a port from 1 to 65535 (got %q)", port)
 	}
-	return &url.URL{Scheme: "http", Host: u.Host}, nil
+	return nil
 }
 
 // maintain compacts the member's history and defragments its database
@@ -302,8 +371,13 @@ func (m *Member) maintain(ctx context.Context, every time.Duration) {
 // Compacted is the revision the member last compacted its history to.
 func (m *Member) Compacted() int64 { return m.compacted.Load() }
 
-// ClientURL is where servers reach the member.
+// ClientURL is where servers reach the member: https://IP:PORT, or the
+// unix:// URL of its socket.
 func (m *Member) ClientURL() string { return m.e.clientURL() }
+
+// ClientTLS names the files a server presents to a member on TCP
+// (store.Config.TLS); empty for one on a socket.
+func (m *Member) ClientTLS() TLSFiles { return m.tls }
 
 // Err reports the member stopping on its own.
 func (m *Member) Err() <-chan error { return m.e.etcd.Err() }
@@ -323,49 +397,5 @@ func (m *Member) Close() {
 	m.e.close()
 }
 
-// ClientURL is where etcdctl can reach the embedded member.
+// clientURL is where etcdctl can reach the member.
 func (e *embedded) clientURL() string { return e.etcd.Config().AdvertiseClientUrls[0].String() }
-
-// ports reads the recorded client and peer ports, or picks free ones.
-func ports(path string) (int, int, error) {
-	if b, err := os.ReadFile(path); err == nil {
-		f := strings.Fields(string(b))
-		if len(f) == 2 {
-			c, err1 := strconv.Atoi(f[0])
-			p, err2 := strconv.Atoi(f[1])
-			if err1 == nil && err2 == nil && free(c) && free(p) {
-				return c, p, nil
-			}
-		}
-	}
-	c, err := freePort()
-	if err != nil {
-		return 0, 0, err
-	}
-	p, err := freePort()
-	if err != nil {
-		return 0, 0, err
-	}
-	if err := os.WriteFile(path, []byte(fmt.Sprintf("%d %d\n", c, p)), 0o600); err != nil {
-		return 0, 0, fmt.Errorf("record etcd ports: %w", err)
-	}
-	return c, p, nil
-}
-
-func free(port int) bool {
-	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-	if err != nil {
-		return false
-	}
-	l.Close()
-	return true
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pick etcd port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}

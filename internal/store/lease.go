@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -55,15 +54,9 @@ func (l *Lease) Revoke(ctx context.Context) error {
 
 // PutWithLease writes key unconditionally, attached to the lease.
 func (t *Txn) PutWithLease(key string, v any, l *Lease) *Txn {
-	if t.err != nil {
-		return t
+	if b, ok := t.encode(key, v); ok {
+		t.ops = append(t.ops, clientv3.OpPut(t.s.prefix+key, b, clientv3.WithLease(l.id)))
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.err = fmt.Errorf("encode %s: %w", key, err)
-		return t
-	}
-	t.ops = append(t.ops, clientv3.OpPut(t.s.prefix+key, encodeValue(b), clientv3.WithLease(l.id)))
 	return t
 }
 

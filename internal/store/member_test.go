@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +30,9 @@ func TestMemberServesAnotherStore(t *testing.T) {
 		t.Fatal("a member without a compaction period started")
 	}
 
+	if !strings.HasPrefix(m.ClientURL(), "unix:///") {
+		t.Fatalf("a member told no address serves %s, want a unix socket", m.ClientURL())
+	}
 	if _, err := Open(ctx, Config{Endpoints: []string{m.ClientURL()}, MaxTxnOps: -1}); err == nil {
 		t.Fatal("a negative MaxTxnOps opened a store")
 	}
@@ -82,22 +85,17 @@ func TestMemberServesAnotherStore(t *testing.T) {
 	}
 }
 
-// A member on its own listens where it is told, compacts its history and,
-// once writes stop, defragments its database without losing a record.
+// A member on its own compacts its history and, once writes stop,
+// defragments its database without losing a record.
 func TestMemberDefragmentsWhenQuiet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	clientURL, peerURL := "http://"+freeLocal(t), "http://"+freeLocal(t)
-	m, err := StartMember(ctx, MemberConfig{Dir: t.TempDir(), ClientURL: clientURL, PeerURL: peerURL,
-		CompactEvery: 500 * time.Millisecond, DefragMinBytes: 4 << 20})
+	m, err := StartMember(ctx, MemberConfig{Dir: t.TempDir(), CompactEvery: 500 * time.Millisecond, DefragMinBytes: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if m.ClientURL() != clientURL {
-		t.Fatalf("member on %s, told %s", m.ClientURL(), clientURL)
-	}
-	s, err := Open(ctx, Config{Endpoints: []string{clientURL}, MaxTxnOps: EmbeddedMaxTxnOps})
+	s, err := Open(ctx, Config{Endpoints: []string{m.ClientURL()}, MaxTxnOps: EmbeddedMaxTxnOps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,18 +144,18 @@ func TestMemberDefragmentsWhenQuiet(t *testing.T) {
 	}
 }
 
-func TestMemberRefusesBadURLs(t *testing.T) {
+func TestMemberRefusesBadAddresses(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
 		client, peer, want string
 	}{
-		{"http://localhost:2379", "http://127.0.0.1:2380", "IP address"},
-		{"http://127.0.0.1", "http://127.0.0.1:2380", "IP:PORT"},
-		{"https://127.0.0.1:2379", "http://127.0.0.1:2380", "IP:PORT"},
-		{"http://127.0.0.1:0", "http://127.0.0.1:2380", "port from 1 to 65535"},
-		{"http://127.0.0.1:2379", "", "go together"},
+		{"localhost:2379", "127.0.0.1:2380", "IP address"},
+		{"127.0.0.1", "127.0.0.1:2380", "IP:PORT"},
+		{"https://127.0.0.1:2379", "127.0.0.1:2380", "IP:PORT"},
+		{"127.0.0.1:0", "127.0.0.1:2380", "port from 1 to 65535"},
+		{"127.0.0.1:2379", "", "go together"},
 	} {
-		_, err := StartMember(ctx, MemberConfig{Dir: t.TempDir(), ClientURL: c.client, PeerURL: c.peer, CompactEvery: time.Second})
+		_, err := StartMember(ctx, MemberConfig{Dir: t.TempDir(), Listen: c.client, PeerListen: c.peer, CompactEvery: time.Second})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("client %q peer %q: %v, want an error saying %q", c.client, c.peer, err, c.want)
 		}
@@ -168,14 +166,15 @@ func TestMemberRefusesBadURLs(t *testing.T) {
 	}
 }
 
-// freeLocal is a free address on 127.0.0.1 (freePort, etcd.go).
+// freeLocal is a free address on 127.0.0.1.
 func freeLocal(t *testing.T) string {
 	t.Helper()
-	p, err := freePort()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return "127.0.0.1:" + strconv.Itoa(p)
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // A data dir serves one member at a time; a second is refused at once,
@@ -191,7 +190,7 @@ func TestDataDirInUseIsRefused(t *testing.T) {
 	defer func(was time.Duration) { lockWait = was }(lockWait)
 	lockWait = time.Second
 	start := time.Now()
-	if _, err := StartMember(ctx, MemberConfig{Dir: dir, ClientURL: "http://" + freeLocal(t), PeerURL: "http://" + freeLocal(t), CompactEvery: time.Second}); err == nil || !strings.Contains(err.Error(), "in use") {
+	if _, err := StartMember(ctx, MemberConfig{Dir: dir, Listen: freeLocal(t), PeerListen: freeLocal(t), CompactEvery: time.Second}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("a second member on the data dir: %v", err)
 	}
 	if _, err := Open(ctx, Config{DataDir: dir}); err == nil || !strings.Contains(err.Error(), "in use") {

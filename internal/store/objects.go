@@ -250,10 +250,13 @@ type Task struct {
 // AgentCredential is a credential minted for agents. It binds to the first
 // instance it registers and may act for that instance only.
 type AgentCredential struct {
-	AccessKeyID     string `json:"accessKeyId"`
-	SecretAccessKey string `json:"secretAccessKey"`
-	Cluster         string `json:"cluster"`
-	InstanceID      string `json:"instanceId,omitempty"`
+	AccessKeyID string `json:"accessKeyId"`
+	// SecretAccessKey is the secret in memory; etcd holds it sealed
+	// (sealed.go), or, as written before secrets were sealed, in the clear.
+	SecretAccessKey       string `json:"secretAccessKey,omitempty"`
+	SealedSecretAccessKey string `json:"sealedSecretAccessKey,omitempty"`
+	Cluster               string `json:"cluster"`
+	InstanceID            string `json:"instanceId,omitempty"`
 	// CapacityProvider, for credentials of provisioned instances.
 	CapacityProvider string    `json:"capacityProvider,omitempty"`
 	CreatedAt        time.Time `json:"createdAt"`

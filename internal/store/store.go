@@ -44,6 +44,12 @@ type Config struct {
 	// DefragMinBytes is the smallest embedded database the store
 	// defragments when etcd is quiet (0: the default, DefragMinBytes).
 	DefragMinBytes int64
+	// TLS names the files that authenticate the store to an external
+	// etcd and it to the store (TLSFiles).
+	TLS TLSFiles
+	// Sealer seals the secrets records hold (SecretRecord) before they go
+	// to etcd; nil writes them in the clear.
+	Sealer Sealer
 }
 
 // Store is a handle on the state.
@@ -62,6 +68,7 @@ type Store struct {
 	compacted atomic.Int64
 	defrags   defragger
 	maxTxnOps int
+	sealer    Sealer
 }
 
 // Open connects to etcd (starting the embedded member when no endpoints
@@ -76,7 +83,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.MaxTxnOps < 0 {
 		return nil, errors.New("store: MaxTxnOps must not be negative")
 	}
-	s := &Store{prefix: cfg.Prefix, log: cfg.Logger, done: make(chan struct{}), maxTxnOps: cfg.MaxTxnOps}
+	s := &Store{prefix: cfg.Prefix, log: cfg.Logger, done: make(chan struct{}), maxTxnOps: cfg.MaxTxnOps, sealer: cfg.Sealer}
 	s.defrags.minBytes = cfg.DefragMinBytes
 	if s.defrags.minBytes <= 0 {
 		s.defrags.minBytes = DefragMinBytes
@@ -92,19 +99,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.embedded, s.client = e, c
 		s.log.Info("embedded etcd started", "client_url", e.clientURL())
 	} else {
-		c, err := clientv3.New(clientv3.Config{
-			Endpoints:   cfg.Endpoints,
-			DialTimeout: 10 * time.Second,
-			Context:     ctx,
-			Logger:      nopZap(),
-		})
+		c, err := dialExternal(ctx, cfg.Endpoints, cfg.TLS)
 		if err != nil {
-			return nil, fmt.Errorf("connect etcd %v: %w", cfg.Endpoints, err)
+			return nil, err
 		}
 		s.client = c
 	}
 	s.cache = newCache(s.client, s.prefix, s.log)
 	if err := s.cache.load(ctx); err != nil {
+		s.closeClient()
+		return nil, err
+	}
+	if err := s.checkSealer(ctx); err != nil {
 		s.closeClient()
 		return nil, err
 	}
@@ -256,6 +262,9 @@ func Get[T any](ctx context.Context, s *Store, key string) (Item[T], error) {
 	if err := withJSON(e.value, func(b []byte) error { return codec.Unmarshal(b, &it.Value) }); err != nil {
 		return it, fmt.Errorf("decode %s: %w", key, err)
 	}
+	if err := s.openIn(&it.Value); err != nil {
+		return it, fmt.Errorf("decode %s: %w", key, err)
+	}
 	return it, nil
 }
 
@@ -294,9 +303,15 @@ func List[T any](ctx context.Context, s *Store, prefix, after string, limit int)
 		return nil, more, nil
 	}
 	items = make([]Item[T], len(kvs))
+	_, secret := any(&items[0].Value).(secretOpener)
 	for i, e := range kvs {
 		if err := withJSON(e.value, func(b []byte) error { return codec.Unmarshal(b, &items[i].Value) }); err != nil {
 			return nil, false, fmt.Errorf("decode %s: %w", e.key, err)
+		}
+		if secret {
+			if err := s.openIn(&items[i].Value); err != nil {
+				return nil, false, fmt.Errorf("decode %s: %w", e.key, err)
+			}
 		}
 		items[i].Key, items[i].Rev = e.key[len(s.prefix):], e.rev
 	}
@@ -420,15 +435,28 @@ func (t *Txn) OnCommit(fn func()) *Txn {
 func (s *Store) Txn() *Txn { return &Txn{s: s} }
 
 func (t *Txn) put(key string, v any) {
+	if b, ok := t.encode(key, v); ok {
+		t.ops = append(t.ops, clientv3.OpPut(t.s.prefix+key, b))
+	}
+}
+
+// encode is what goes to etcd for v: its JSON with its secrets sealed,
+// compressed when that pays. A failure fails the transaction.
+func (t *Txn) encode(key string, v any) (string, bool) {
 	if t.err != nil {
-		return
+		return "", false
+	}
+	v, err := t.s.sealFor(v)
+	if err != nil {
+		t.err = fmt.Errorf("seal %s: %w", key, err)
+		return "", false
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		t.err = fmt.Errorf("encode %s: %w", key, err)
-		return
+		return "", false
 	}
-	t.ops = append(t.ops, clientv3.OpPut(t.s.prefix+key, encodeValue(b)))
+	return encodeValue(b), true
 }
 
 // Create writes key, which must not exist.
