@@ -2,7 +2,6 @@ package iam
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -31,22 +30,11 @@ type groupRecord struct {
 }
 
 func (s *Store) getGroup(ctx context.Context, name string) (store.Item[groupRecord], error) {
-	it, err := store.Get[groupRecord](ctx, s.st, store.IAMGroupKey(name))
-	if errors.Is(err, store.ErrNotFound) {
-		return it, noSuchEntity("The group with name %s cannot be found.", name)
-	}
-	return it, err
+	return getRecord[groupRecord](ctx, s, store.IAMGroupKey(name), "group", name)
 }
 
 func (s *Store) readGroup(ctx context.Context, name string) (*groupRecord, error) {
-	it, err := s.groups.Get(ctx, s.st, store.IAMGroupKey(name))
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, noSuchEntity("The group with name %s cannot be found.", name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &it.Value, nil
+	return readRecord(ctx, s, &s.groups, store.IAMGroupKey(name), "group", name)
 }
 
 // CreateGroup creates a group at path ("" for "/").
@@ -59,18 +47,8 @@ func (s *Store) CreateGroup(ctx context.Context, name, path string) (Group, erro
 	}
 	path = normPath(path)
 	g := Group{GroupName: name, GroupID: newID("AGPA"), Path: path, Arn: GroupARN(s.account, path, name), CreateDate: s.now()}
-	err := s.withRetry(ctx, func() error {
-		if _, err := store.Rev(ctx, s.st, store.IAMGroupKey(name)); err == nil {
-			return alreadyExists("Group with name %s already exists.", name)
-		}
-		if n, err := s.st.Count(ctx, store.IAMGroupPrefix()); err != nil {
-			return err
-		} else if n >= MaxGroups {
-			return limitExceeded("GroupsPerAccount", MaxGroups)
-		}
-		_, err := s.st.Txn().Create(store.IAMGroupKey(name), groupRecord{Group: g}).Commit(ctx)
-		return err
-	})
+	err := s.createRecord(ctx, store.IAMGroupKey(name), store.IAMGroupPrefix(), groupRecord{Group: g},
+		alreadyExists("Group with name %s already exists.", name), "GroupsPerAccount", MaxGroups)
 	return g, err
 }
 
@@ -83,18 +61,10 @@ func (s *Store) GetGroup(ctx context.Context, name string) (Group, []User, error
 	if err != nil {
 		return Group{}, nil, err
 	}
-	users := []User{}
-	for _, m := range g.Members {
-		u, err := s.readUser(ctx, m)
-		if isNoSuch(err) {
-			continue
-		}
-		if err != nil {
-			return Group{}, nil, err
-		}
-		users = append(users, u.User)
+	users, err := readNamed(ctx, g.Members, s.readUser, func(u *userRecord) User { return u.User })
+	if err != nil {
+		return Group{}, nil, err
 	}
-	slices.SortFunc(users, func(a, b User) int { return strings.Compare(strings.ToLower(a.UserName), strings.ToLower(b.UserName)) })
 	return g.Group, users, nil
 }
 
@@ -103,17 +73,9 @@ func (s *Store) ListGroups(ctx context.Context, pathPrefix string) ([]Group, err
 	if err := CheckPathPrefix("pathPrefix", pathPrefix); err != nil {
 		return nil, err
 	}
-	items, err := s.groups.List(ctx, s.st, store.IAMGroupPrefix())
-	if err != nil {
-		return nil, err
-	}
-	out := []Group{}
-	for _, it := range items {
-		if strings.HasPrefix(it.Value.Path, pathPrefix) {
-			out = append(out, it.Value.Group)
-		}
-	}
-	return out, nil
+	return listRecords(ctx, s, &s.groups, store.IAMGroupPrefix(), func(g *groupRecord) (Group, bool) {
+		return g.Group, strings.HasPrefix(g.Path, pathPrefix)
+	})
 }
 
 // DeleteGroup deletes a group without members or policies.
@@ -121,12 +83,7 @@ func (s *Store) DeleteGroup(ctx context.Context, name string) error {
 	if err := CheckGroupName("groupName", name); err != nil {
 		return err
 	}
-	return s.withRetry(ctx, func() error {
-		it, err := s.getGroup(ctx, name)
-		if err != nil {
-			return err
-		}
-		g := it.Value
+	return deleteRecord(ctx, s, s.getGroup, name, func(g *groupRecord) error {
 		switch {
 		case len(g.Members) > 0:
 			return deleteConflict("Cannot delete entity, must remove users from group first.")
@@ -135,68 +92,57 @@ func (s *Store) DeleteGroup(ctx context.Context, name string) error {
 		case len(g.Attached) > 0:
 			return deleteConflict("Cannot delete entity, must detach all policies first.")
 		}
-		_, err = s.st.Txn().Delete(it.Key, it.Rev).Commit(ctx)
-		return err
+		return nil
 	})
 }
 
 // AddUserToGroup makes a user a member of a group; adding a member again
 // changes nothing.
 func (s *Store) AddUserToGroup(ctx context.Context, groupName, userName string) error {
-	if err := CheckGroupName("groupName", groupName); err != nil {
-		return err
-	}
-	if err := CheckUserName("userName", userName); err != nil {
-		return err
-	}
-	return s.withRetry(ctx, func() error {
-		g, err := s.getGroup(ctx, groupName)
-		if err != nil {
-			return err
+	return s.changeMembership(ctx, groupName, userName, func(g *groupRecord, u *userRecord) error {
+		if containsFold(u.Groups, g.GroupName) {
+			return errUnchanged
 		}
-		u, err := s.getUser(ctx, userName)
-		if err != nil {
-			return err
-		}
-		gr, ur := g.Value, u.Value
-		if containsFold(ur.Groups, gr.GroupName) {
-			return nil
-		}
-		if len(ur.Groups) >= MaxGroupsPerUser {
+		if len(u.Groups) >= MaxGroupsPerUser {
 			return limitExceeded("GroupsPerUser", MaxGroupsPerUser)
 		}
-		ur.Groups = append(ur.Groups, gr.GroupName)
-		gr.Members = append(gr.Members, ur.UserName)
-		_, err = s.st.Txn().Update(g.Key, g.Rev, gr).Update(u.Key, u.Rev, ur).Commit(ctx)
-		return err
+		u.Groups = append(u.Groups, g.GroupName)
+		g.Members = append(g.Members, u.UserName)
+		return nil
 	})
 }
 
 // RemoveUserFromGroup ends a membership; the user must be a member.
 func (s *Store) RemoveUserFromGroup(ctx context.Context, groupName, userName string) error {
+	return s.changeMembership(ctx, groupName, userName, func(g *groupRecord, u *userRecord) error {
+		if !containsFold(u.Groups, g.GroupName) {
+			return noSuchEntity("The user with name %s is not a member of the group %s.", u.UserName, g.GroupName)
+		}
+		u.Groups = deleteFold(u.Groups, g.GroupName)
+		g.Members = deleteFold(g.Members, u.UserName)
+		return nil
+	})
+}
+
+// changeMembership lets change edit a group and a user, both written in
+// one transaction (errUnchanged: neither).
+func (s *Store) changeMembership(ctx context.Context, groupName, userName string, change func(*groupRecord, *userRecord) error) error {
 	if err := CheckGroupName("groupName", groupName); err != nil {
 		return err
 	}
 	if err := CheckUserName("userName", userName); err != nil {
 		return err
 	}
-	return s.withRetry(ctx, func() error {
-		g, err := s.getGroup(ctx, groupName)
-		if err != nil {
-			return err
-		}
+	return updateRecord(ctx, s, s.getGroup, groupName, func(g *groupRecord, tx *store.Txn) error {
 		u, err := s.getUser(ctx, userName)
 		if err != nil {
 			return err
 		}
-		gr, ur := g.Value, u.Value
-		if !containsFold(ur.Groups, gr.GroupName) {
-			return noSuchEntity("The user with name %s is not a member of the group %s.", ur.UserName, gr.GroupName)
+		if err := change(g, &u.Value); err != nil {
+			return err
 		}
-		ur.Groups = deleteFold(ur.Groups, gr.GroupName)
-		gr.Members = deleteFold(gr.Members, ur.UserName)
-		_, err = s.st.Txn().Update(g.Key, g.Rev, gr).Update(u.Key, u.Rev, ur).Commit(ctx)
-		return err
+		tx.Update(u.Key, u.Rev, u.Value)
+		return nil
 	})
 }
 
@@ -209,21 +155,7 @@ func (s *Store) ListGroupsForUser(ctx context.Context, userName string) ([]Group
 	if err != nil {
 		return nil, err
 	}
-	out := []Group{}
-	for _, name := range u.Groups {
-		g, err := s.readGroup(ctx, name)
-		if isNoSuch(err) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, g.Group)
-	}
-	slices.SortFunc(out, func(a, b Group) int {
-		return strings.Compare(strings.ToLower(a.GroupName), strings.ToLower(b.GroupName))
-	})
-	return out, nil
+	return readNamed(ctx, u.Groups, s.readGroup, func(g *groupRecord) Group { return g.Group })
 }
 
 func containsFold(list []string, s string) bool {

@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -215,8 +216,126 @@ func (c *docCache) parse(text string) (*policy.Document, error) {
 // equalFold reports whether two IAM names are the same name.
 func equalFold(a, b string) bool { return strings.EqualFold(a, b) }
 
+// compareFold orders IAM names regardless of case.
+func compareFold(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) }
+
 // withRetry runs fn with the store's optimistic retry and classifies its
 // error.
 func (s *Store) withRetry(ctx context.Context, fn func() error) error {
 	return storeErr(store.Retry(ctx, fn))
+}
+
+// getRecord reads a record for a change; kind and name word NoSuchEntity.
+func getRecord[R any](ctx context.Context, s *Store, key, kind, name string) (store.Item[R], error) {
+	it, err := store.Get[R](ctx, s.st, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return it, noSuchEntity("The %s with name %s cannot be found.", kind, name)
+	}
+	return it, err
+}
+
+// readRecord reads a record through memo: the value is shared and must
+// not be changed.
+func readRecord[R any](ctx context.Context, s *Store, memo *store.Memo[R], key, kind, name string) (*R, error) {
+	it, err := memo.Get(ctx, s.st, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, noSuchEntity("The %s with name %s cannot be found.", kind, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &it.Value, nil
+}
+
+// listRecords returns, in key order, what view makes of the records under
+// prefix that it keeps.
+func listRecords[R, T any](ctx context.Context, s *Store, memo *store.Memo[R], prefix string, view func(*R) (T, bool)) ([]T, error) {
+	items, err := memo.List(ctx, s.st, prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := []T{}
+	for _, it := range items {
+		if v, ok := view(&it.Value); ok {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// readNamed reads the records of names through read, sorted by name
+// regardless of case, leaving out those deleted since.
+func readNamed[R, T any](ctx context.Context, names []string, read func(context.Context, string) (*R, error), view func(*R) T) ([]T, error) {
+	names = slices.Clone(names)
+	slices.SortFunc(names, compareFold)
+	out := make([]T, 0, len(names))
+	for _, name := range names {
+		r, err := read(ctx, name)
+		if isNoSuch(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, view(r))
+	}
+	return out, nil
+}
+
+// createRecord writes rec as the new record at key: exists is the error
+// when key is taken, LimitExceeded for quota when prefix holds max
+// records already.
+func (s *Store) createRecord(ctx context.Context, key, prefix string, rec any, exists error, quota string, max int) error {
+	return s.withRetry(ctx, func() error {
+		if _, err := store.Rev(ctx, s.st, key); err == nil {
+			return exists
+		}
+		if n, err := s.st.Count(ctx, prefix); err != nil {
+			return err
+		} else if n >= max {
+			return limitExceeded(quota, max)
+		}
+		_, err := s.st.Txn().Create(key, rec).Commit(ctx)
+		return err
+	})
+}
+
+// errUnchanged, from an edit, means there is nothing to write.
+var errUnchanged = errors.New("unchanged")
+
+// updateRecord changes the record get reads by name, with retries: edit
+// changes it and may add to tx what changes with it; then it is written.
+func updateRecord[R any](ctx context.Context, s *Store, get func(context.Context, string) (store.Item[R], error), name string,
+	edit func(r *R, tx *store.Txn) error) error {
+	return s.withRetry(ctx, func() error {
+		it, err := get(ctx, name)
+		if err != nil {
+			return err
+		}
+		tx := s.st.Txn()
+		if err := edit(&it.Value, tx); errors.Is(err, errUnchanged) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		_, err = tx.Update(it.Key, it.Rev, it.Value).Commit(ctx)
+		return err
+	})
+}
+
+// deleteRecord deletes the record get reads by name, with retries, unless
+// refuse says why not.
+func deleteRecord[R any](ctx context.Context, s *Store, get func(context.Context, string) (store.Item[R], error), name string,
+	refuse func(*R) error) error {
+	return s.withRetry(ctx, func() error {
+		it, err := get(ctx, name)
+		if err != nil {
+			return err
+		}
+		if err := refuse(&it.Value); err != nil {
+			return err
+		}
+		_, err = s.st.Txn().Delete(it.Key, it.Rev).Commit(ctx)
+		return err
+	})
 }

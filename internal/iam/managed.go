@@ -144,18 +144,8 @@ func (s *Store) CreatePolicy(ctx context.Context, name, path, doc, description s
 	p := ManagedPolicy{PolicyName: name, PolicyID: newID("ANPA"), Arn: PolicyARN(s.account, path, name), Path: path, DefaultVersionID: "v1",
 		Description: description, CreateDate: now, UpdateDate: now, Tags: slices.Clone(tags)}
 	rec := policyRecord{ManagedPolicy: p, LastVersion: 1, Versions: []PolicyVersion{{VersionID: "v1", Document: doc, CreateDate: now}}}
-	err := s.withRetry(ctx, func() error {
-		if _, err := store.Rev(ctx, s.st, store.IAMPolicyKey(name)); err == nil {
-			return alreadyExists("A policy called %s already exists. Duplicate names are not allowed.", name)
-		}
-		if n, err := s.st.Count(ctx, store.IAMPolicyPrefix()); err != nil {
-			return err
-		} else if n >= MaxManagedPolicies {
-			return limitExceeded("PoliciesPerAccount", MaxManagedPolicies)
-		}
-		_, err := s.st.Txn().Create(store.IAMPolicyKey(name), rec).Commit(ctx)
-		return err
-	})
+	err := s.createRecord(ctx, store.IAMPolicyKey(name), store.IAMPolicyPrefix(), rec,
+		alreadyExists("A policy called %s already exists. Duplicate names are not allowed.", name), "PoliciesPerAccount", MaxManagedPolicies)
 	return p, err
 }
 
@@ -188,36 +178,22 @@ func (s *Store) ListPolicies(ctx context.Context, pathPrefix string, onlyAttache
 			return nil, err
 		}
 	}
-	items, err := s.policies.List(ctx, s.st, store.IAMPolicyPrefix())
-	if err != nil {
-		return nil, err
-	}
-	out := []ManagedPolicy{}
-	for _, it := range items {
-		p := it.Value.ManagedPolicy
-		if strings.HasPrefix(p.Path, pathPrefix) && (!onlyAttached || p.AttachmentCount > 0) {
-			out = append(out, p)
-		}
-	}
-	return out, nil
+	return listRecords(ctx, s, &s.policies, store.IAMPolicyPrefix(), func(r *policyRecord) (ManagedPolicy, bool) {
+		return r.ManagedPolicy, strings.HasPrefix(r.Path, pathPrefix) && (!onlyAttached || r.AttachmentCount > 0)
+	})
 }
 
 // DeletePolicy deletes a managed policy that is attached to nothing and
 // has no version but its default.
 func (s *Store) DeletePolicy(ctx context.Context, arn string) error {
-	return s.withRetry(ctx, func() error {
-		it, err := s.getPolicy(ctx, arn)
-		if err != nil {
-			return err
-		}
+	return deleteRecord(ctx, s, s.getPolicy, arn, func(r *policyRecord) error {
 		switch {
-		case it.Value.AttachmentCount > 0:
+		case r.AttachmentCount > 0:
 			return deleteConflict("Cannot delete a policy attached to entities.")
-		case len(it.Value.Versions) > 1:
+		case len(r.Versions) > 1:
 			return deleteConflict("This policy has more than one version. Before you delete a policy, you must delete the policy's versions.")
 		}
-		_, err = s.st.Txn().Delete(it.Key, it.Rev).Commit(ctx)
-		return err
+		return nil
 	})
 }
 
@@ -258,12 +234,7 @@ func (s *Store) CreatePolicyVersion(ctx context.Context, arn, doc string, setDef
 		return PolicyVersion{}, err
 	}
 	var v PolicyVersion
-	err := s.withRetry(ctx, func() error {
-		it, err := s.getPolicy(ctx, arn)
-		if err != nil {
-			return err
-		}
-		r := it.Value
+	err := updateRecord(ctx, s, s.getPolicy, arn, func(r *policyRecord, _ *store.Txn) error {
 		if len(r.Versions) >= MaxPolicyVersions {
 			return &fault.Error{Kind: fault.Conflict, Code: CodeLimitExceeded,
 				Message: fmt.Sprintf("A managed policy keeps at most %d versions: delete one (DeletePolicyVersion) before creating another.", MaxPolicyVersions)}
@@ -277,68 +248,53 @@ func (s *Store) CreatePolicyVersion(ctx context.Context, arn, doc string, setDef
 			v.IsDefaultVersion = true
 		}
 		r.UpdateDate = now
-		_, err = s.st.Txn().Update(it.Key, it.Rev, r).Commit(ctx)
-		return err
+		return nil
 	})
 	return v, err
 }
 
 // DeletePolicyVersion deletes a version other than the default.
 func (s *Store) DeletePolicyVersion(ctx context.Context, arn, versionID string) error {
-	if err := CheckVersionID("versionId", versionID); err != nil {
-		return err
-	}
-	return s.withRetry(ctx, func() error {
-		it, err := s.getPolicy(ctx, arn)
-		if err != nil {
-			return err
-		}
-		r := it.Value
-		if _, ok := r.version(versionID); !ok {
-			return noSuchEntity("Policy %s version %s does not exist.", arn, versionID)
-		}
+	return s.changeVersion(ctx, arn, versionID, func(r *policyRecord) error {
 		if r.DefaultVersionID == versionID {
 			return deleteConflict("Cannot delete the default version of a policy.")
 		}
 		r.Versions = slices.DeleteFunc(r.Versions, func(v PolicyVersion) bool { return v.VersionID == versionID })
-		_, err = s.st.Txn().Update(it.Key, it.Rev, r).Commit(ctx)
-		return err
+		return nil
 	})
 }
 
 // SetDefaultPolicyVersion makes a version the one that applies.
 func (s *Store) SetDefaultPolicyVersion(ctx context.Context, arn, versionID string) error {
-	if err := CheckVersionID("versionId", versionID); err != nil {
-		return err
-	}
-	return s.withRetry(ctx, func() error {
-		it, err := s.getPolicy(ctx, arn)
-		if err != nil {
-			return err
-		}
-		r := it.Value
-		if _, ok := r.version(versionID); !ok {
-			return noSuchEntity("Policy %s version %s does not exist.", arn, versionID)
-		}
+	return s.changeVersion(ctx, arn, versionID, func(r *policyRecord) error {
 		if r.DefaultVersionID == versionID {
-			return nil
+			return errUnchanged
 		}
 		r.DefaultVersionID, r.UpdateDate = versionID, s.now()
-		_, err = s.st.Txn().Update(it.Key, it.Rev, r).Commit(ctx)
-		return err
+		return nil
 	})
 }
 
-// attach adds or removes (detach) the policy arn on an identity's list in
-// one transaction with the policy's AttachmentCount. read and write are
-// the identity's record.
-func (s *Store) attach(ctx context.Context, arn string, detach bool, read func() (key string, rev int64, attached []string, err error),
-	write func(tx *store.Txn, key string, rev int64, attached []string)) error {
-	return s.withRetry(ctx, func() error {
-		key, rev, attached, err := read()
-		if err != nil {
-			return err
+// changeVersion lets edit change a policy that has the version versionID.
+func (s *Store) changeVersion(ctx context.Context, arn, versionID string, edit func(*policyRecord) error) error {
+	if err := CheckVersionID("versionId", versionID); err != nil {
+		return err
+	}
+	return updateRecord(ctx, s, s.getPolicy, arn, func(r *policyRecord, _ *store.Txn) error {
+		if _, ok := r.version(versionID); !ok {
+			return noSuchEntity("Policy %s version %s does not exist.", arn, versionID)
 		}
+		return edit(r)
+	})
+}
+
+// attach adds or removes (detach) the policy arn on an identity's list, in
+// one transaction with the policy's AttachmentCount.
+func (s *Store) attach(ctx context.Context, o *owner, name, arn string, detach bool) error {
+	if err := o.checkName(name); err != nil {
+		return err
+	}
+	return s.changeHeld(ctx, o, name, func(h held, tx *store.Txn) error {
 		p, err := s.getPolicy(ctx, arn)
 		if isNoSuch(err) && !detach {
 			return noSuchEntity("Policy %s does not exist or is not attachable.", arn)
@@ -347,123 +303,81 @@ func (s *Store) attach(ctx context.Context, arn string, detach bool, read func()
 			return err
 		}
 		r := p.Value
-		has := containsFold(attached, r.Arn)
+		has := containsFold(*h.attached, r.Arn)
 		switch {
 		case !detach && has:
-			return nil
+			return errUnchanged
 		case detach && !has:
 			return noSuchEntity("Policy %s was not found.", arn)
-		case !detach && len(attached) >= MaxAttachedPerIdentity:
+		case !detach && len(*h.attached) >= MaxAttachedPerIdentity:
 			return limitExceeded("PoliciesPerUserOrGroup", MaxAttachedPerIdentity)
 		}
 		if detach {
-			attached = deleteFold(attached, r.Arn)
+			*h.attached = deleteFold(*h.attached, r.Arn)
 			r.AttachmentCount = max(r.AttachmentCount-1, 0)
 		} else {
-			attached = append(slices.Clone(attached), r.Arn)
+			*h.attached = append(slices.Clone(*h.attached), r.Arn)
 			r.AttachmentCount++
 		}
-		tx := s.st.Txn().Update(p.Key, p.Rev, r)
-		write(tx, key, rev, attached)
-		_, err = tx.Commit(ctx)
-		return err
-	})
-}
-
-func (s *Store) attachUser(ctx context.Context, userName, arn string, detach bool) error {
-	if err := CheckUserName("userName", userName); err != nil {
-		return err
-	}
-	var u userRecord
-	return s.attach(ctx, arn, detach, func() (string, int64, []string, error) {
-		it, err := s.getUser(ctx, userName)
-		u = it.Value
-		return it.Key, it.Rev, u.Attached, err
-	}, func(tx *store.Txn, key string, rev int64, attached []string) {
-		u.Attached = attached
-		tx.Update(key, rev, u)
-	})
-}
-
-func (s *Store) attachGroup(ctx context.Context, groupName, arn string, detach bool) error {
-	if err := CheckGroupName("groupName", groupName); err != nil {
-		return err
-	}
-	var g groupRecord
-	return s.attach(ctx, arn, detach, func() (string, int64, []string, error) {
-		it, err := s.getGroup(ctx, groupName)
-		g = it.Value
-		return it.Key, it.Rev, g.Attached, err
-	}, func(tx *store.Txn, key string, rev int64, attached []string) {
-		g.Attached = attached
-		tx.Update(key, rev, g)
+		tx.Update(p.Key, p.Rev, r)
+		return nil
 	})
 }
 
 // AttachUserPolicy attaches a managed policy to a user (again: no change).
 func (s *Store) AttachUserPolicy(ctx context.Context, userName, arn string) error {
-	return s.attachUser(ctx, userName, arn, false)
+	return s.attach(ctx, userOwner, userName, arn, false)
 }
 
 // DetachUserPolicy detaches a managed policy from a user.
 func (s *Store) DetachUserPolicy(ctx context.Context, userName, arn string) error {
-	return s.attachUser(ctx, userName, arn, true)
+	return s.attach(ctx, userOwner, userName, arn, true)
 }
 
 // AttachGroupPolicy attaches a managed policy to a group.
 func (s *Store) AttachGroupPolicy(ctx context.Context, groupName, arn string) error {
-	return s.attachGroup(ctx, groupName, arn, false)
+	return s.attach(ctx, groupOwner, groupName, arn, false)
 }
 
 // DetachGroupPolicy detaches a managed policy from a group.
 func (s *Store) DetachGroupPolicy(ctx context.Context, groupName, arn string) error {
-	return s.attachGroup(ctx, groupName, arn, true)
+	return s.attach(ctx, groupOwner, groupName, arn, true)
 }
 
-func attachedPolicies(arns []string, pathPrefix string) []AttachedPolicy {
-	out := []AttachedPolicy{}
-	for _, a := range arns {
-		res := a[strings.Index(a, ":policy")+len(":policy"):] // "/path/name"
-		path, name := res[:strings.LastIndexByte(res, '/')+1], res[strings.LastIndexByte(res, '/')+1:]
-		if strings.HasPrefix(path, pathPrefix) {
-			out = append(out, AttachedPolicy{PolicyName: name, PolicyArn: a})
+// listAttached returns the managed policies attached to an identity
+// whose path starts with pathPrefix.
+func (s *Store) listAttached(ctx context.Context, o *owner, name, pathPrefix string) ([]AttachedPolicy, error) {
+	if err := o.checkName(name); err != nil {
+		return nil, err
+	}
+	if pathPrefix != "" {
+		if err := CheckPolicyPath("pathPrefix", pathPrefix); err != nil {
+			return nil, err
 		}
 	}
-	return out
+	h, err := s.readHeld(ctx, o, name)
+	if err != nil {
+		return nil, err
+	}
+	out := []AttachedPolicy{}
+	for _, a := range *h.attached {
+		res := a[strings.Index(a, ":policy")+len(":policy"):] // "/path/name"
+		cut := strings.LastIndexByte(res, '/') + 1
+		if strings.HasPrefix(res[:cut], pathPrefix) {
+			out = append(out, AttachedPolicy{PolicyName: res[cut:], PolicyArn: a})
+		}
+	}
+	return out, nil
 }
 
 // ListAttachedUserPolicies returns the managed policies attached to a
 // user whose path starts with pathPrefix.
 func (s *Store) ListAttachedUserPolicies(ctx context.Context, userName, pathPrefix string) ([]AttachedPolicy, error) {
-	if err := CheckUserName("userName", userName); err != nil {
-		return nil, err
-	}
-	if pathPrefix != "" {
-		if err := CheckPolicyPath("pathPrefix", pathPrefix); err != nil {
-			return nil, err
-		}
-	}
-	u, err := s.readUser(ctx, userName)
-	if err != nil {
-		return nil, err
-	}
-	return attachedPolicies(u.Attached, pathPrefix), nil
+	return s.listAttached(ctx, userOwner, userName, pathPrefix)
 }
 
 // ListAttachedGroupPolicies returns the managed policies attached to a
 // group whose path starts with pathPrefix.
 func (s *Store) ListAttachedGroupPolicies(ctx context.Context, groupName, pathPrefix string) ([]AttachedPolicy, error) {
-	if err := CheckGroupName("groupName", groupName); err != nil {
-		return nil, err
-	}
-	if pathPrefix != "" {
-		if err := CheckPolicyPath("pathPrefix", pathPrefix); err != nil {
-			return nil, err
-		}
-	}
-	g, err := s.readGroup(ctx, groupName)
-	if err != nil {
-		return nil, err
-	}
-	return attachedPolicies(g.Attached, pathPrefix), nil
+	return s.listAttached(ctx, groupOwner, groupName, pathPrefix)
 }

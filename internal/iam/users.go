@@ -2,7 +2,6 @@ package iam
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -40,24 +39,13 @@ type userRecord struct {
 
 // getUser reads a user for a change, NoSuchEntity when there is none.
 func (s *Store) getUser(ctx context.Context, name string) (store.Item[userRecord], error) {
-	it, err := store.Get[userRecord](ctx, s.st, store.IAMUserKey(name))
-	if errors.Is(err, store.ErrNotFound) {
-		return it, noSuchEntity("The user with name %s cannot be found.", name)
-	}
-	return it, err
+	return getRecord[userRecord](ctx, s, store.IAMUserKey(name), "user", name)
 }
 
 // readUser reads a user through the memo: the value is shared and must
 // not be changed.
 func (s *Store) readUser(ctx context.Context, name string) (*userRecord, error) {
-	it, err := s.users.Get(ctx, s.st, store.IAMUserKey(name))
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, noSuchEntity("The user with name %s cannot be found.", name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &it.Value, nil
+	return readRecord(ctx, s, &s.users, store.IAMUserKey(name), "user", name)
 }
 
 // CreateUser creates a user at path ("" for "/") with tags.
@@ -73,18 +61,8 @@ func (s *Store) CreateUser(ctx context.Context, name, path string, tags []Tag) (
 	}
 	path = normPath(path)
 	u := User{UserName: name, UserID: newID("AIDA"), Path: path, Arn: UserARN(s.account, path, name), CreateDate: s.now(), Tags: slices.Clone(tags)}
-	err := s.withRetry(ctx, func() error {
-		if _, err := store.Rev(ctx, s.st, store.IAMUserKey(name)); err == nil {
-			return alreadyExists("User with name %s already exists.", name)
-		}
-		if n, err := s.st.Count(ctx, store.IAMUserPrefix()); err != nil {
-			return err
-		} else if n >= MaxUsers {
-			return limitExceeded("UsersPerAccount", MaxUsers)
-		}
-		_, err := s.st.Txn().Create(store.IAMUserKey(name), userRecord{User: u}).Commit(ctx)
-		return err
-	})
+	err := s.createRecord(ctx, store.IAMUserKey(name), store.IAMUserPrefix(), userRecord{User: u},
+		alreadyExists("User with name %s already exists.", name), "UsersPerAccount", MaxUsers)
 	return u, err
 }
 
@@ -106,17 +84,9 @@ func (s *Store) ListUsers(ctx context.Context, pathPrefix string) ([]User, error
 	if err := CheckPathPrefix("pathPrefix", pathPrefix); err != nil {
 		return nil, err
 	}
-	items, err := s.users.List(ctx, s.st, store.IAMUserPrefix())
-	if err != nil {
-		return nil, err
-	}
-	out := []User{}
-	for _, it := range items {
-		if strings.HasPrefix(it.Value.Path, pathPrefix) {
-			out = append(out, it.Value.User)
-		}
-	}
-	return out, nil
+	return listRecords(ctx, s, &s.users, store.IAMUserPrefix(), func(u *userRecord) (User, bool) {
+		return u.User, strings.HasPrefix(u.Path, pathPrefix)
+	})
 }
 
 // DeleteUser deletes a user that has nothing left: no access keys,
@@ -125,12 +95,7 @@ func (s *Store) DeleteUser(ctx context.Context, name string) error {
 	if err := CheckUserName("userName", name); err != nil {
 		return err
 	}
-	return s.withRetry(ctx, func() error {
-		it, err := s.getUser(ctx, name)
-		if err != nil {
-			return err
-		}
-		u := it.Value
+	return deleteRecord(ctx, s, s.getUser, name, func(u *userRecord) error {
 		switch {
 		case len(u.AccessKeys) > 0:
 			return deleteConflict("Cannot delete entity, must delete access keys first.")
@@ -141,8 +106,7 @@ func (s *Store) DeleteUser(ctx context.Context, name string) error {
 		case len(u.Groups) > 0:
 			return deleteConflict("Cannot delete entity, must remove users from group first.")
 		}
-		_, err = s.st.Txn().Delete(it.Key, it.Rev).Commit(ctx)
-		return err
+		return nil
 	})
 }
 
@@ -158,12 +122,7 @@ func (s *Store) TagUser(ctx context.Context, name string, tags []Tag) error {
 	if err := CheckTags("tags", tags); err != nil {
 		return err
 	}
-	return s.withRetry(ctx, func() error {
-		it, err := s.getUser(ctx, name)
-		if err != nil {
-			return err
-		}
-		u := it.Value
+	return updateRecord(ctx, s, s.getUser, name, func(u *userRecord, _ *store.Txn) error {
 		for _, t := range tags {
 			i := slices.IndexFunc(u.Tags, func(o Tag) bool { return equalFold(o.Key, t.Key) })
 			if i >= 0 {
@@ -175,8 +134,7 @@ func (s *Store) TagUser(ctx context.Context, name string, tags []Tag) error {
 		if len(u.Tags) > MaxTagsPerUser {
 			return limitExceeded("TagsPerUser", MaxTagsPerUser)
 		}
-		_, err = s.st.Txn().Update(it.Key, it.Rev, u).Commit(ctx)
-		return err
+		return nil
 	})
 }
 
@@ -189,16 +147,10 @@ func (s *Store) UntagUser(ctx context.Context, name string, keys []string) error
 	if err := CheckTagKeys("tagKeys", keys); err != nil {
 		return err
 	}
-	return s.withRetry(ctx, func() error {
-		it, err := s.getUser(ctx, name)
-		if err != nil {
-			return err
-		}
-		u := it.Value
+	return updateRecord(ctx, s, s.getUser, name, func(u *userRecord, _ *store.Txn) error {
 		u.Tags = slices.DeleteFunc(u.Tags, func(t Tag) bool {
 			return slices.ContainsFunc(keys, func(k string) bool { return equalFold(k, t.Key) })
 		})
-		_, err = s.st.Txn().Update(it.Key, it.Rev, u).Commit(ctx)
-		return err
+		return nil
 	})
 }
