@@ -174,23 +174,14 @@ func (c *call) authorizeUser(extra map[string][]string) (string, error) {
 	return name, nil
 }
 
-// needUser refuses a call the root makes on "its own" keys or policies:
-// the root's credential is the server's configuration, not IAM's.
-func needUser(name string) error {
-	if name == "" {
-		return invalidInput("The account root has no IAM user: name one with UserName (the root's credential is set in the server's configuration).")
-	}
-	return nil
-}
-
 // page cuts one page out of items by the MaxItems and Marker parameters
-// (markers are opaque offsets).
-func page[T any](c *call, items []T) ([]T, paging, error) {
+// (markers are opaque offsets), converted by f.
+func page[T, X any](c *call, items []T, f func(T) X) (list[X], paging, error) {
 	max := 100
 	if v := c.str("MaxItems"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			return nil, paging{}, invalid("maxItems", v, "Member must be a whole number from 1 to 1000")
+			return list[X]{}, paging{}, invalid("maxItems", v, "Member must be a whole number from 1 to 1000")
 		}
 		max = n
 	}
@@ -199,7 +190,7 @@ func page[T any](c *call, items []T) ([]T, paging, error) {
 		b, err := base64.RawURLEncoding.DecodeString(m)
 		n, err2 := strconv.Atoi(string(b))
 		if err != nil || err2 != nil || n < 0 {
-			return nil, paging{}, invalidInput("Marker %q is not one this API returned.", m)
+			return list[X]{}, paging{}, invalidInput("Marker %q is not one this API returned.", m)
 		}
 		start = min(n, len(items))
 	}
@@ -208,14 +199,9 @@ func page[T any](c *call, items []T) ([]T, paging, error) {
 	if end < len(items) {
 		pg = paging{IsTruncated: true, Marker: base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(end)))}
 	}
-	return items[start:end], pg, nil
-}
-
-// mapSlice converts each element.
-func mapSlice[T, U any](in []T, f func(T) U) []U {
-	out := make([]U, len(in))
-	for i, v := range in {
-		out[i] = f(v)
+	out := make([]X, 0, end-start)
+	for _, v := range items[start:end] {
+		out = append(out, f(v))
 	}
-	return out
+	return members(out), pg, nil
 }

@@ -1,6 +1,7 @@
 package iamapi
 
 import (
+	"context"
 	"strconv"
 	"strings"
 
@@ -11,7 +12,9 @@ import (
 // opFunc serves one action; a nil result means the action has no output.
 type opFunc func(c *call) (any, error)
 
-// iamOperations are the IAM actions served.
+// iamOperations are the IAM actions served. onUser, onIAMUser, onGroup
+// and onPolicy authorize an action on the resource it names; the others
+// authorize themselves.
 var iamOperations map[string]opFunc
 
 // stsOperations are the STS actions served.
@@ -19,19 +22,53 @@ var stsOperations = map[string]opFunc{"GetCallerIdentity": getCallerIdentity}
 
 func init() {
 	iamOperations = map[string]opFunc{
-		"CreateUser": createUser, "GetUser": getUser, "ListUsers": listUsers, "DeleteUser": deleteUser,
-		"TagUser": tagUser, "UntagUser": untagUser, "ListUserTags": listUserTags,
-		"CreateAccessKey": createAccessKey, "ListAccessKeys": listAccessKeys, "UpdateAccessKey": updateAccessKey, "DeleteAccessKey": deleteAccessKey,
-		"CreateGroup": createGroup, "GetGroup": getGroup, "ListGroups": listGroups, "DeleteGroup": deleteGroup,
-		"AddUserToGroup": addUserToGroup, "RemoveUserFromGroup": removeUserFromGroup, "ListGroupsForUser": listGroupsForUser,
-		"PutUserPolicy": putUserPolicy, "GetUserPolicy": getUserPolicy, "ListUserPolicies": listUserPolicies, "DeleteUserPolicy": deleteUserPolicy,
-		"PutGroupPolicy": putGroupPolicy, "GetGroupPolicy": getGroupPolicy, "ListGroupPolicies": listGroupPolicies, "DeleteGroupPolicy": deleteGroupPolicy,
-		"CreatePolicy": createPolicy, "GetPolicy": getPolicy, "ListPolicies": listPolicies, "DeletePolicy": deletePolicy,
-		"GetPolicyVersion": getPolicyVersion, "CreatePolicyVersion": createPolicyVersion, "ListPolicyVersions": listPolicyVersions,
-		"DeletePolicyVersion": deletePolicyVersion, "SetDefaultPolicyVersion": setDefaultPolicyVersion,
-		"AttachUserPolicy": attachUserPolicy, "DetachUserPolicy": detachUserPolicy,
-		"AttachGroupPolicy": attachGroupPolicy, "DetachGroupPolicy": detachGroupPolicy,
-		"ListAttachedUserPolicies": listAttachedUserPolicies, "ListAttachedGroupPolicies": listAttachedGroupPolicies,
+		"CreateUser":   createUser,
+		"GetUser":      onUser(getUser),
+		"ListUsers":    listUsers,
+		"DeleteUser":   onUser(deleteUser),
+		"TagUser":      tagUser,
+		"UntagUser":    untagUser,
+		"ListUserTags": onUser(listUserTags),
+
+		"CreateAccessKey": onIAMUser(createAccessKey),
+		"ListAccessKeys":  onIAMUser(listAccessKeys),
+		"UpdateAccessKey": onIAMUser(updateAccessKey),
+		"DeleteAccessKey": onIAMUser(deleteAccessKey),
+
+		"CreateGroup":         createGroup,
+		"GetGroup":            onGroup(getGroup),
+		"ListGroups":          listGroups,
+		"DeleteGroup":         onGroup(deleteGroup),
+		"AddUserToGroup":      onGroup(addUserToGroup),
+		"RemoveUserFromGroup": onGroup(removeUserFromGroup),
+		"ListGroupsForUser":   onIAMUser(listGroupsForUser),
+
+		"PutUserPolicy":     onIAMUser(putUserPolicy),
+		"GetUserPolicy":     onIAMUser(getUserPolicy),
+		"ListUserPolicies":  onIAMUser(listUserPolicies),
+		"DeleteUserPolicy":  onIAMUser(deleteUserPolicy),
+		"PutGroupPolicy":    onGroup(putGroupPolicy),
+		"GetGroupPolicy":    onGroup(getGroupPolicy),
+		"ListGroupPolicies": onGroup(listGroupPolicies),
+		"DeleteGroupPolicy": onGroup(deleteGroupPolicy),
+
+		"CreatePolicy":            createPolicy,
+		"GetPolicy":               onPolicy(getPolicy),
+		"ListPolicies":            listPolicies,
+		"DeletePolicy":            onPolicy(deletePolicy),
+		"GetPolicyVersion":        onPolicy(getPolicyVersion),
+		"CreatePolicyVersion":     onPolicy(createPolicyVersion),
+		"ListPolicyVersions":      onPolicy(listPolicyVersions),
+		"DeletePolicyVersion":     onPolicy(deletePolicyVersion),
+		"SetDefaultPolicyVersion": onPolicy(setDefaultPolicyVersion),
+
+		"AttachUserPolicy":          needsUserName(attachUserPolicy),
+		"DetachUserPolicy":          needsUserName(detachUserPolicy),
+		"AttachGroupPolicy":         attachGroupPolicy,
+		"DetachGroupPolicy":         detachGroupPolicy,
+		"ListAttachedUserPolicies":  needsUserName(onUser(listAttachedUserPolicies)),
+		"ListAttachedGroupPolicies": onGroup(listAttachedGroupPolicies),
+
 		"SimulatePrincipalPolicy": simulatePrincipalPolicy,
 	}
 }
@@ -47,6 +84,76 @@ func Actions() (iamActions, stsActions []string) {
 	return iamActions, stsActions
 }
 
+// namedOp serves an action on one user, group or policy, which the caller
+// has been authorized on.
+type namedOp func(c *call, name string) (any, error)
+
+// onUser authorizes the call on the user UserName (the caller without
+// one; the name is then empty for the root and agents).
+func onUser(op namedOp) opFunc {
+	return func(c *call) (any, error) {
+		name, err := c.authorizeUser(nil)
+		if err != nil {
+			return nil, err
+		}
+		return op(c, name)
+	}
+}
+
+// onIAMUser is onUser for what only IAM users have (keys, inline
+// policies, groups): the root's credential is the server's
+// configuration, not IAM's.
+func onIAMUser(op namedOp) opFunc {
+	return onUser(func(c *call, name string) (any, error) {
+		if name == "" {
+			return nil, invalidInput("The account root has no IAM user: name one with UserName (the root's credential is set in the server's configuration).")
+		}
+		return op(c, name)
+	})
+}
+
+// needsUserName refuses a call without UserName, for actions that do not
+// default to the caller.
+func needsUserName(op opFunc) opFunc {
+	return func(c *call) (any, error) {
+		if err := requiredParam(c, "UserName"); err != nil {
+			return nil, err
+		}
+		return op(c)
+	}
+}
+
+// onGroup authorizes the call on the group GroupName.
+func onGroup(op namedOp) opFunc {
+	return func(c *call) (any, error) {
+		name, err := c.authorizeGroup(nil)
+		if err != nil {
+			return nil, err
+		}
+		return op(c, name)
+	}
+}
+
+// onPolicy authorizes the call on the managed policy PolicyArn.
+func onPolicy(op namedOp) opFunc {
+	return func(c *call) (any, error) {
+		arn := c.str("PolicyArn")
+		res := arn
+		if res == "" {
+			res = "*"
+		}
+		if err := c.authorize([]string{res}, nil); err != nil {
+			return nil, err
+		}
+		return op(c, arn)
+	}
+}
+
+func (c *call) authorizeGroup(extra map[string][]string) (string, error) {
+	name := c.str("GroupName")
+	return name, c.authorize([]string{c.groupResource(name)}, extra)
+}
+
 // requestTags are the condition keys of tags a request adds.
 func requestTags(tags []iam.Tag) map[string][]string {
 	conds := map[string][]string{}
@@ -59,6 +166,13 @@ func requestTags(tags []iam.Tag) map[string][]string {
 		conds["aws:TagKeys"] = keys
 	}
 	return conds
+}
+
+func normPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	return p
 }
 
 // Users.
@@ -79,18 +193,7 @@ func createUser(c *call) (any, error) {
 	return struct{ User userXML }{toUser(u, true)}, nil
 }
 
-func normPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	return p
-}
-
-func getUser(c *call) (any, error) {
-	name, err := c.authorizeUser(nil)
-	if err != nil {
-		return nil, err
-	}
+func getUser(c *call, name string) (any, error) {
 	if name == "" { // the root, as IAM shows it: no name, the account as its ID
 		return struct{ User userXML }{userXML{Path: "/", UserId: c.account(), Arn: iam.RootARN(c.account()), CreateDate: timestamp(c.h.started)}}, nil
 	}
@@ -109,23 +212,17 @@ func listUsers(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	pg, pgn, err := page(c, users)
+	l, pg, err := page(c, users, func(u iam.User) userXML { return toUser(u, false) })
 	if err != nil {
 		return nil, err
 	}
 	return struct {
 		Users list[userXML]
 		paging
-	}{members(mapSlice(pg, func(u iam.User) userXML { return toUser(u, false) })), pgn}, nil
+	}{l, pg}, nil
 }
 
-func deleteUser(c *call) (any, error) {
-	name, err := c.authorizeUser(nil)
-	if err != nil {
-		return nil, err
-	}
-	return nil, c.h.store.DeleteUser(c.ctx, name)
-}
+func deleteUser(c *call, name string) (any, error) { return nil, c.h.store.DeleteUser(c.ctx, name) }
 
 func tagUser(c *call) (any, error) {
 	tags := c.tags("Tags")
@@ -149,35 +246,24 @@ func untagUser(c *call) (any, error) {
 	return nil, c.h.store.UntagUser(c.ctx, name, keys)
 }
 
-func listUserTags(c *call) (any, error) {
-	name, err := c.authorizeUser(nil)
-	if err != nil {
-		return nil, err
-	}
+func listUserTags(c *call, name string) (any, error) {
 	u, err := c.h.store.GetUser(c.ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	pg, pgn, err := page(c, u.Tags)
+	l, pg, err := page(c, u.Tags, func(t iam.Tag) tagXML { return tagXML{t.Key, t.Value} })
 	if err != nil {
 		return nil, err
 	}
 	return struct {
 		Tags list[tagXML]
 		paging
-	}{members(mapSlice(pg, func(t iam.Tag) tagXML { return tagXML{t.Key, t.Value} })), pgn}, nil
+	}{l, pg}, nil
 }
 
 // Access keys: without UserName, a user acts on its own keys.
 
-func createAccessKey(c *call) (any, error) {
-	name, err := c.authorizeUser(nil)
-	if err != nil {
-		return nil, err
-	}
-	if err := needUser(name); err != nil {
-		return nil, err
-	}
+func createAccessKey(c *call, name string) (any, error) {
 	k, err := c.h.store.CreateAccessKey(c.ctx, name)
 	if err != nil {
 		return nil, err
@@ -185,47 +271,26 @@ func createAccessKey(c *call) (any, error) {
 	return struct{ AccessKey accessKeyXML }{toAccessKey(k)}, nil
 }
 
-func listAccessKeys(c *call) (any, error) {
-	name, err := c.authorizeUser(nil)
-	if err != nil {
-		return nil, err
-	}
-	if err := needUser(name); err != nil {
-		return nil, err
-	}
+func listAccessKeys(c *call, name string) (any, error) {
 	keys, err := c.h.store.ListAccessKeys(c.ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	pg, pgn, err := page(c, keys)
+	l, pg, err := page(c, keys, toAccessKey)
 	if err != nil {
 		return nil, err
 	}
 	return struct {
 		AccessKeyMetadata list[accessKeyXML]
 		paging
-	}{members(mapSlice(pg, toAccessKey)), pgn}, nil
+	}{l, pg}, nil
 }
 
-func updateAccessKey(c *call) (any, error) {
-	name, err := c.authorizeUser(nil)
-	if err != nil {
-		return nil, err
-	}
-	if err := needUser(name); err != nil {
-		return nil, err
-	}
+func updateAccessKey(c *call, name string) (any, error) {
 	return nil, c.h.store.UpdateAccessKey(c.ctx, name, c.str("AccessKeyId"), c.str("Status"))
 }
 
-func deleteAccessKey(c *call) (any, error) {
-	name, err := c.authorizeUser(nil)
-	if err != nil {
-		return nil, err
-	}
-	if err := needUser(name); err != nil {
-		return nil, err
-	}
+func deleteAccessKey(c *call, name string) (any, error) {
 	return nil, c.h.store.DeleteAccessKey(c.ctx, name, c.str("AccessKeyId"))
 }
 
@@ -243,21 +308,12 @@ func createGroup(c *call) (any, error) {
 	return struct{ Group groupXML }{toGroup(g)}, nil
 }
 
-func (c *call) authorizeGroup(extra map[string][]string) (string, error) {
-	name := c.str("GroupName")
-	return name, c.authorize([]string{c.groupResource(name)}, extra)
-}
-
-func getGroup(c *call) (any, error) {
-	name, err := c.authorizeGroup(nil)
-	if err != nil {
-		return nil, err
-	}
+func getGroup(c *call, name string) (any, error) {
 	g, users, err := c.h.store.GetGroup(c.ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	pg, pgn, err := page(c, users)
+	l, pg, err := page(c, users, func(u iam.User) userXML { return toUser(u, false) })
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +321,7 @@ func getGroup(c *call) (any, error) {
 		Group groupXML
 		Users list[userXML]
 		paging
-	}{toGroup(g), members(mapSlice(pg, func(u iam.User) userXML { return toUser(u, false) })), pgn}, nil
+	}{toGroup(g), l, pg}, nil
 }
 
 func listGroups(c *call) (any, error) {
@@ -280,48 +336,27 @@ func listGroups(c *call) (any, error) {
 }
 
 func groupPage(c *call, groups []iam.Group) (any, error) {
-	pg, pgn, err := page(c, groups)
+	l, pg, err := page(c, groups, toGroup)
 	if err != nil {
 		return nil, err
 	}
 	return struct {
 		Groups list[groupXML]
 		paging
-	}{members(mapSlice(pg, toGroup)), pgn}, nil
+	}{l, pg}, nil
 }
 
-func deleteGroup(c *call) (any, error) {
-	name, err := c.authorizeGroup(nil)
-	if err != nil {
-		return nil, err
-	}
-	return nil, c.h.store.DeleteGroup(c.ctx, name)
-}
+func deleteGroup(c *call, name string) (any, error) { return nil, c.h.store.DeleteGroup(c.ctx, name) }
 
-func addUserToGroup(c *call) (any, error) {
-	name, err := c.authorizeGroup(nil)
-	if err != nil {
-		return nil, err
-	}
+func addUserToGroup(c *call, name string) (any, error) {
 	return nil, c.h.store.AddUserToGroup(c.ctx, name, c.str("UserName"))
 }
 
-func removeUserFromGroup(c *call) (any, error) {
-	name, err := c.authorizeGroup(nil)
-	if err != nil {
-		return nil, err
-	}
+func removeUserFromGroup(c *call, name string) (any, error) {
 	return nil, c.h.store.RemoveUserFromGroup(c.ctx, name, c.str("UserName"))
 }
 
-func listGroupsForUser(c *call) (any, error) {
-	name, err := c.authorizeUser(nil)
-	if err != nil {
-		return nil, err
-	}
-	if err := needUser(name); err != nil {
-		return nil, err
-	}
+func listGroupsForUser(c *call, name string) (any, error) {
 	groups, err := c.h.store.ListGroupsForUser(c.ctx, name)
 	if err != nil {
 		return nil, err
@@ -331,25 +366,11 @@ func listGroupsForUser(c *call) (any, error) {
 
 // Inline policies.
 
-func putUserPolicy(c *call) (any, error) {
-	name, err := c.authorizeUser(nil)
-	if err != nil {
-		return nil, err
-	}
-	if err := needUser(name); err != nil {
-		return nil, err
-	}
+func putUserPolicy(c *call, name string) (any, error) {
 	return nil, c.h.store.PutUserPolicy(c.ctx, name, c.str("PolicyName"), c.document("PolicyDocument"))
 }
 
-func getUserPolicy(c *call) (any, error) {
-	name, err := c.authorizeUser(nil)
-	if err != nil {
-		return nil, err
-	}
-	if err := needUser(name); err != nil {
-		return nil, err
-	}
+func getUserPolicy(c *call, name string) (any, error) {
 	p, err := c.h.store.GetUserPolicy(c.ctx, name, c.str("PolicyName"))
 	if err != nil {
 		return nil, err
@@ -361,14 +382,7 @@ func getUserPolicy(c *call) (any, error) {
 	return struct{ UserName, PolicyName, PolicyDocument string }{u.UserName, p.Name, encodeDocument(p.Document)}, nil
 }
 
-func listUserPolicies(c *call) (any, error) {
-	name, err := c.authorizeUser(nil)
-	if err != nil {
-		return nil, err
-	}
-	if err := needUser(name); err != nil {
-		return nil, err
-	}
+func listUserPolicies(c *call, name string) (any, error) {
 	names, err := c.h.store.ListUserPolicies(c.ctx, name)
 	if err != nil {
 		return nil, err
@@ -376,41 +390,15 @@ func listUserPolicies(c *call) (any, error) {
 	return namePage(c, names)
 }
 
-func namePage(c *call, names []string) (any, error) {
-	pg, pgn, err := page(c, names)
-	if err != nil {
-		return nil, err
-	}
-	return struct {
-		PolicyNames list[string]
-		paging
-	}{members(pg), pgn}, nil
-}
-
-func deleteUserPolicy(c *call) (any, error) {
-	name, err := c.authorizeUser(nil)
-	if err != nil {
-		return nil, err
-	}
-	if err := needUser(name); err != nil {
-		return nil, err
-	}
+func deleteUserPolicy(c *call, name string) (any, error) {
 	return nil, c.h.store.DeleteUserPolicy(c.ctx, name, c.str("PolicyName"))
 }
 
-func putGroupPolicy(c *call) (any, error) {
-	name, err := c.authorizeGroup(nil)
-	if err != nil {
-		return nil, err
-	}
+func putGroupPolicy(c *call, name string) (any, error) {
 	return nil, c.h.store.PutGroupPolicy(c.ctx, name, c.str("PolicyName"), c.document("PolicyDocument"))
 }
 
-func getGroupPolicy(c *call) (any, error) {
-	name, err := c.authorizeGroup(nil)
-	if err != nil {
-		return nil, err
-	}
+func getGroupPolicy(c *call, name string) (any, error) {
 	p, err := c.h.store.GetGroupPolicy(c.ctx, name, c.str("PolicyName"))
 	if err != nil {
 		return nil, err
@@ -422,11 +410,7 @@ func getGroupPolicy(c *call) (any, error) {
 	return struct{ GroupName, PolicyName, PolicyDocument string }{g.GroupName, p.Name, encodeDocument(p.Document)}, nil
 }
 
-func listGroupPolicies(c *call) (any, error) {
-	name, err := c.authorizeGroup(nil)
-	if err != nil {
-		return nil, err
-	}
+func listGroupPolicies(c *call, name string) (any, error) {
 	names, err := c.h.store.ListGroupPolicies(c.ctx, name)
 	if err != nil {
 		return nil, err
@@ -434,11 +418,7 @@ func listGroupPolicies(c *call) (any, error) {
 	return namePage(c, names)
 }
 
-func deleteGroupPolicy(c *call) (any, error) {
-	name, err := c.authorizeGroup(nil)
-	if err != nil {
-		return nil, err
-	}
+func deleteGroupPolicy(c *call, name string) (any, error) {
 	return nil, c.h.store.DeleteGroupPolicy(c.ctx, name, c.str("PolicyName"))
 }
 
@@ -456,21 +436,7 @@ func createPolicy(c *call) (any, error) {
 	return struct{ Policy policyXML }{toPolicy(p, true)}, nil
 }
 
-// authorizePolicy authorizes this call on the PolicyArn parameter.
-func (c *call) authorizePolicy() (string, error) {
-	arn := c.str("PolicyArn")
-	res := arn
-	if res == "" {
-		res = "*"
-	}
-	return arn, c.authorize([]string{res}, nil)
-}
-
-func getPolicy(c *call) (any, error) {
-	arn, err := c.authorizePolicy()
-	if err != nil {
-		return nil, err
-	}
+func getPolicy(c *call, arn string) (any, error) {
 	p, err := c.h.store.GetPolicy(c.ctx, arn)
 	if err != nil {
 		return nil, err
@@ -496,29 +462,19 @@ func listPolicies(c *call) (any, error) {
 	default:
 		return nil, invalid("scope", scope, "Member must satisfy enum value set: [All, AWS, Local]")
 	}
-	pg, pgn, err := page(c, pols)
+	l, pg, err := page(c, pols, func(p iam.ManagedPolicy) policyXML { return toPolicy(p, false) })
 	if err != nil {
 		return nil, err
 	}
 	return struct {
 		Policies list[policyXML]
 		paging
-	}{members(mapSlice(pg, func(p iam.ManagedPolicy) policyXML { return toPolicy(p, false) })), pgn}, nil
+	}{l, pg}, nil
 }
 
-func deletePolicy(c *call) (any, error) {
-	arn, err := c.authorizePolicy()
-	if err != nil {
-		return nil, err
-	}
-	return nil, c.h.store.DeletePolicy(c.ctx, arn)
-}
+func deletePolicy(c *call, arn string) (any, error) { return nil, c.h.store.DeletePolicy(c.ctx, arn) }
 
-func getPolicyVersion(c *call) (any, error) {
-	arn, err := c.authorizePolicy()
-	if err != nil {
-		return nil, err
-	}
+func getPolicyVersion(c *call, arn string) (any, error) {
 	v, err := c.h.store.GetPolicyVersion(c.ctx, arn, c.str("VersionId"))
 	if err != nil {
 		return nil, err
@@ -526,11 +482,7 @@ func getPolicyVersion(c *call) (any, error) {
 	return struct{ PolicyVersion versionXML }{toVersion(v, true)}, nil
 }
 
-func createPolicyVersion(c *call) (any, error) {
-	arn, err := c.authorizePolicy()
-	if err != nil {
-		return nil, err
-	}
+func createPolicyVersion(c *call, arn string) (any, error) {
 	def, err := c.boolean("SetAsDefault")
 	if err != nil {
 		return nil, err
@@ -542,108 +494,60 @@ func createPolicyVersion(c *call) (any, error) {
 	return struct{ PolicyVersion versionXML }{toVersion(v, false)}, nil
 }
 
-func listPolicyVersions(c *call) (any, error) {
-	arn, err := c.authorizePolicy()
-	if err != nil {
-		return nil, err
-	}
+func listPolicyVersions(c *call, arn string) (any, error) {
 	vs, err := c.h.store.ListPolicyVersions(c.ctx, arn)
 	if err != nil {
 		return nil, err
 	}
-	pg, pgn, err := page(c, vs)
+	l, pg, err := page(c, vs, func(v iam.PolicyVersion) versionXML { return toVersion(v, false) })
 	if err != nil {
 		return nil, err
 	}
 	return struct {
 		Versions list[versionXML]
 		paging
-	}{members(mapSlice(pg, func(v iam.PolicyVersion) versionXML { return toVersion(v, false) })), pgn}, nil
+	}{l, pg}, nil
 }
 
-func deletePolicyVersion(c *call) (any, error) {
-	arn, err := c.authorizePolicy()
-	if err != nil {
-		return nil, err
-	}
+func deletePolicyVersion(c *call, arn string) (any, error) {
 	return nil, c.h.store.DeletePolicyVersion(c.ctx, arn, c.str("VersionId"))
 }
 
-func setDefaultPolicyVersion(c *call) (any, error) {
-	arn, err := c.authorizePolicy()
-	if err != nil {
-		return nil, err
-	}
+func setDefaultPolicyVersion(c *call, arn string) (any, error) {
 	return nil, c.h.store.SetDefaultPolicyVersion(c.ctx, arn, c.str("VersionId"))
 }
 
-// Attachments: checked on the user or group, with the policy in
-// iam:PolicyARN as IAM does.
-
-func policyARNCondition(c *call) map[string][]string {
-	if arn := c.str("PolicyArn"); arn != "" {
-		return map[string][]string{"iam:PolicyARN": {arn}}
-	}
-	return nil
-}
+// Attachments.
 
 func attachUserPolicy(c *call) (any, error) {
-	if err := requiredParam(c, "UserName"); err != nil {
-		return nil, err
-	}
-	name, err := c.authorizeUser(policyARNCondition(c))
-	if err != nil {
-		return nil, err
-	}
-	return nil, c.h.store.AttachUserPolicy(c.ctx, name, c.str("PolicyArn"))
+	return attachment(c, c.authorizeUser, c.h.store.AttachUserPolicy)
 }
-
 func detachUserPolicy(c *call) (any, error) {
-	if err := requiredParam(c, "UserName"); err != nil {
-		return nil, err
-	}
-	name, err := c.authorizeUser(policyARNCondition(c))
-	if err != nil {
-		return nil, err
-	}
-	return nil, c.h.store.DetachUserPolicy(c.ctx, name, c.str("PolicyArn"))
+	return attachment(c, c.authorizeUser, c.h.store.DetachUserPolicy)
 }
-
 func attachGroupPolicy(c *call) (any, error) {
-	name, err := c.authorizeGroup(policyARNCondition(c))
-	if err != nil {
-		return nil, err
-	}
-	return nil, c.h.store.AttachGroupPolicy(c.ctx, name, c.str("PolicyArn"))
+	return attachment(c, c.authorizeGroup, c.h.store.AttachGroupPolicy)
 }
-
 func detachGroupPolicy(c *call) (any, error) {
-	name, err := c.authorizeGroup(policyARNCondition(c))
-	if err != nil {
-		return nil, err
-	}
-	return nil, c.h.store.DetachGroupPolicy(c.ctx, name, c.str("PolicyArn"))
+	return attachment(c, c.authorizeGroup, c.h.store.DetachGroupPolicy)
 }
 
-func attachedPage(c *call, ps []iam.AttachedPolicy) (any, error) {
-	pg, pgn, err := page(c, ps)
+// attachment attaches or detaches (change) the policy PolicyArn, checked
+// on the user or group with the policy in iam:PolicyARN, as IAM does.
+func attachment(c *call, authorize func(extra map[string][]string) (string, error), change func(ctx context.Context, name, arn string) error) (any, error) {
+	arn := c.str("PolicyArn")
+	var conds map[string][]string
+	if arn != "" {
+		conds = map[string][]string{"iam:PolicyARN": {arn}}
+	}
+	name, err := authorize(conds)
 	if err != nil {
 		return nil, err
 	}
-	return struct {
-		AttachedPolicies list[attachedXML]
-		paging
-	}{members(mapSlice(pg, func(p iam.AttachedPolicy) attachedXML { return attachedXML{p.PolicyName, p.PolicyArn} })), pgn}, nil
+	return nil, change(c.ctx, name, arn)
 }
 
-func listAttachedUserPolicies(c *call) (any, error) {
-	if err := requiredParam(c, "UserName"); err != nil {
-		return nil, err
-	}
-	name, err := c.authorizeUser(nil)
-	if err != nil {
-		return nil, err
-	}
+func listAttachedUserPolicies(c *call, name string) (any, error) {
 	ps, err := c.h.store.ListAttachedUserPolicies(c.ctx, name, c.str("PathPrefix"))
 	if err != nil {
 		return nil, err
@@ -651,16 +555,34 @@ func listAttachedUserPolicies(c *call) (any, error) {
 	return attachedPage(c, ps)
 }
 
-func listAttachedGroupPolicies(c *call) (any, error) {
-	name, err := c.authorizeGroup(nil)
-	if err != nil {
-		return nil, err
-	}
+func listAttachedGroupPolicies(c *call, name string) (any, error) {
 	ps, err := c.h.store.ListAttachedGroupPolicies(c.ctx, name, c.str("PathPrefix"))
 	if err != nil {
 		return nil, err
 	}
 	return attachedPage(c, ps)
+}
+
+func namePage(c *call, names []string) (any, error) {
+	l, pg, err := page(c, names, func(n string) string { return n })
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		PolicyNames list[string]
+		paging
+	}{l, pg}, nil
+}
+
+func attachedPage(c *call, ps []iam.AttachedPolicy) (any, error) {
+	l, pg, err := page(c, ps, func(p iam.AttachedPolicy) attachedXML { return attachedXML{p.PolicyName, p.PolicyArn} })
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		AttachedPolicies list[attachedXML]
+		paging
+	}{l, pg}, nil
 }
 
 // simulatePrincipalPolicy simulates a user's own policies; the inputs
@@ -705,14 +627,14 @@ func simulatePrincipalPolicy(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	pg, pgn, err := page(c, results)
+	l, pg, err := page(c, results, toEval)
 	if err != nil {
 		return nil, err
 	}
 	return struct {
 		EvaluationResults list[evalXML]
 		paging
-	}{members(mapSlice(pg, toEval)), pgn}, nil
+	}{l, pg}, nil
 }
 
 func toEval(r iam.SimResult) evalXML {
