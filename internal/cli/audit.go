@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -106,39 +105,15 @@ func auditRun(fs *flag.FlagSet) action {
 		in.MaxResults = auditPage
 		p := auditPrinter{s: s, json: asJSON || s.json()}
 		p.header()
-		backoff := time.Second
-		for {
-			var out listAuditOutput
-			err := s.callExtension(ctx, "ListAuditEvents", in, &out)
-			if follow && ctx.Err() != nil {
-				return nil // interrupted: the normal end of --follow
-			}
-			var ae *apiError
-			if err != nil && follow && !errors.As(err, &ae) {
-				// The server is away (restarting, say): wait and resume
-				// from the same token.
-				s.warn("%v; retrying in %s", err, backoff)
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(backoff):
-				}
-				backoff = min(2*backoff, 30*time.Second)
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			backoff = time.Second
+		return readPages(ctx, s, follow, in.MaxResults, func(wait int) (out listAuditOutput, err error) {
+			in.WaitSeconds = wait
+			err = s.callExtension(ctx, "ListAuditEvents", in, &out)
+			return out, err
+		}, func(out listAuditOutput) int {
 			p.print(out.Events)
 			in.NextToken = out.NextToken
-			if !follow && len(out.Events) < in.MaxResults {
-				return nil
-			}
-			if follow {
-				in.WaitSeconds = 20
-			}
-		}
+			return len(out.Events)
+		})
 	}
 }
 

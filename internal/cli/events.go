@@ -106,38 +106,52 @@ func eventsRun(fs *flag.FlagSet) action {
 		}
 		p := eventPrinter{s: s}
 		p.header()
-		backoff := time.Second
-		for {
-			var out listEventsOutput
-			err := s.callExtension(ctx, "ListEvents", in, &out)
-			if follow && ctx.Err() != nil {
-				return nil // interrupted: the normal end of --follow
-			}
-			var ae *apiError
-			if err != nil && follow && !errors.As(err, &ae) {
-				// The server is away (restarting, say): wait and resume
-				// from the same cursor.
-				s.warn("%v; retrying in %s", err, backoff)
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(backoff):
-				}
-				backoff = min(2*backoff, 30*time.Second)
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			backoff = time.Second
+		return readPages(ctx, s, follow, in.MaxResults, func(wait int) (out listEventsOutput, err error) {
+			in.WaitSeconds = wait
+			err = s.callExtension(ctx, "ListEvents", in, &out)
+			return out, err
+		}, func(out listEventsOutput) int {
 			p.print(out.Events)
 			in.After = out.Cursor
-			if !follow && len(out.Events) < in.MaxResults {
+			return len(out.Events)
+		})
+	}
+}
+
+// readPages reads page after page with fetch, which asks the server to
+// wait up to wait seconds for records, and hands each to use, which says
+// how many records it had. Without follow it stops after a page of fewer
+// than max; with follow it goes on until ctx ends, waiting 20 seconds a
+// call after the first, and retries fetch while the server is away.
+func readPages[P any](ctx context.Context, s *session, follow bool, max int, fetch func(wait int) (P, error), use func(P) int) error {
+	backoff, wait := time.Second, 0
+	for {
+		page, err := fetch(wait)
+		if follow && ctx.Err() != nil {
+			return nil // interrupted: the normal end of --follow
+		}
+		var ae *apiError
+		if err != nil && follow && !errors.As(err, &ae) {
+			// The server is away (restarting, say): wait and fetch again
+			// from the same cursor.
+			s.warn("%v; retrying in %s", err, backoff)
+			select {
+			case <-ctx.Done():
 				return nil
+			case <-time.After(backoff):
 			}
-			if follow {
-				in.WaitSeconds = 20
-			}
+			backoff = min(2*backoff, 30*time.Second)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		backoff = time.Second
+		if n := use(page); !follow && n < max {
+			return nil
+		}
+		if follow {
+			wait = 20
 		}
 	}
 }

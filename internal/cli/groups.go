@@ -16,29 +16,18 @@ func groupNoun() *noun {
 	return &noun{
 		name:    "group",
 		summary: "IAM groups: their policies apply to every member.",
-		verbs: []*verb{
+		verbs: append([]*verb{
 			{name: "create", args: "NAME [--path /P/]", summary: "Create a group.", bind: groupCreate},
 			{name: "list", args: "[--path-prefix /P/]", summary: "List groups.", bind: groupList},
 			{name: "show", args: "NAME", summary: "Show a group: members and policies.", bind: groupShow},
 			{name: "delete", args: "NAME", summary: "Delete a group without members or policies.", bind: groupDelete},
-			{name: "put-policy", args: "NAME POLICY-NAME --document FILE|JSON", summary: "Add or replace an inline policy of the group.", bind: groupPutPolicy},
-			{name: "delete-policy", args: "NAME POLICY-NAME", summary: "Delete an inline policy of the group.", bind: groupDeletePolicy},
-			{name: "attach-policy", args: "NAME POLICY-ARN|POLICY-NAME", summary: "Attach a managed policy to the group.", bind: groupAttach(false)},
-			{name: "detach-policy", args: "NAME POLICY-ARN|POLICY-NAME", summary: "Detach a managed policy from the group.", bind: groupAttach(true)},
-		},
+		}, groupPolicies.verbs()...),
 	}
 }
 
 func groupCreate(fs *flag.FlagSet) action {
 	path := fs.String("path", "", "`path` of the group (default /)")
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 1, 1, "group NAME"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(1, 1, "group NAME", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		in := &iam.CreateGroupInput{GroupName: aws.String(args[0])}
 		if *path != "" {
 			in.Path = path
@@ -48,34 +37,23 @@ func groupCreate(fs *flag.FlagSet) action {
 			return err
 		}
 		return s.show(out, func(w io.Writer) { groupTable(w, []iamtypes.Group{*out.Group}) })
-	}
+	})
 }
 
 func groupList(fs *flag.FlagSet) action {
 	prefix := fs.String("path-prefix", "", "only groups whose path starts with `PREFIX`")
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 0, 0, ""); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(0, 0, "", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		in := &iam.ListGroupsInput{}
 		if *prefix != "" {
 			in.PathPrefix = prefix
 		}
-		all := &iam.ListGroupsOutput{Groups: []iamtypes.Group{}}
-		p := iam.NewListGroupsPaginator(c, in)
-		for p.HasMorePages() {
-			page, err := p.NextPage(ctx)
-			if err != nil {
-				return err
-			}
-			all.Groups = append(all.Groups, page.Groups...)
+		groups, err := allPages(ctx, iam.NewListGroupsPaginator(c, in), func(o *iam.ListGroupsOutput) []iamtypes.Group { return o.Groups })
+		if err != nil {
+			return err
 		}
+		all := &iam.ListGroupsOutput{Groups: groups}
 		return s.show(all, func(w io.Writer) { groupTable(w, all.Groups) })
-	}
+	})
 }
 
 func groupTable(w io.Writer, groups []iamtypes.Group) {
@@ -87,14 +65,7 @@ func groupTable(w io.Writer, groups []iamtypes.Group) {
 }
 
 func groupShow(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 1, 1, "group NAME"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(1, 1, "group NAME", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		name := aws.String(args[0])
 		out, err := c.GetGroup(ctx, &iam.GetGroupInput{GroupName: name})
 		if err != nil {
@@ -125,93 +96,36 @@ func groupShow(fs *flag.FlagSet) action {
 		f.add("Attached policies", attachedText(attached.AttachedPolicies))
 		f.flush()
 		return nil
-	}
+	})
 }
 
 func groupDelete(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 1, 1, "group NAME"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(1, 1, "group NAME", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		if _, err := c.DeleteGroup(ctx, &iam.DeleteGroupInput{GroupName: aws.String(args[0])}); err != nil {
 			return err
 		}
 		fmt.Fprintf(s.stdout, "deleted group %s\n", args[0])
 		return nil
-	}
+	})
 }
 
-func groupPutPolicy(fs *flag.FlagSet) action {
-	doc := documentFlag(fs)
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 2, 2, "group NAME and POLICY-NAME"); err != nil {
-			return err
+// groupPolicies are the SDK calls on a group's policies.
+var groupPolicies = policyHolder{
+	noun: "group",
+	put: func(ctx context.Context, c *iam.Client, name, policy, doc string) error {
+		_, err := c.PutGroupPolicy(ctx, &iam.PutGroupPolicyInput{GroupName: &name, PolicyName: &policy, PolicyDocument: &doc})
+		return err
+	},
+	delete: func(ctx context.Context, c *iam.Client, name, policy string) error {
+		_, err := c.DeleteGroupPolicy(ctx, &iam.DeleteGroupPolicyInput{GroupName: &name, PolicyName: &policy})
+		return err
+	},
+	attach: func(ctx context.Context, c *iam.Client, name, arn string, detach bool) (err error) {
+		if detach {
+			_, err = c.DetachGroupPolicy(ctx, &iam.DetachGroupPolicyInput{GroupName: &name, PolicyArn: &arn})
+		} else {
+			_, err = c.AttachGroupPolicy(ctx, &iam.AttachGroupPolicyInput{GroupName: &name, PolicyArn: &arn})
 		}
-		d, err := readDocument(s, *doc)
-		if err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := c.PutGroupPolicy(ctx, &iam.PutGroupPolicyInput{GroupName: aws.String(args[0]), PolicyName: aws.String(args[1]), PolicyDocument: aws.String(d)}); err != nil {
-			return err
-		}
-		fmt.Fprintf(s.stdout, "put policy %s on group %s\n", args[1], args[0])
-		return nil
-	}
-}
-
-func groupDeletePolicy(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 2, 2, "group NAME and POLICY-NAME"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := c.DeleteGroupPolicy(ctx, &iam.DeleteGroupPolicyInput{GroupName: aws.String(args[0]), PolicyName: aws.String(args[1])}); err != nil {
-			return err
-		}
-		fmt.Fprintf(s.stdout, "deleted policy %s of group %s\n", args[1], args[0])
-		return nil
-	}
-}
-
-func groupAttach(detach bool) func(fs *flag.FlagSet) action {
-	return func(fs *flag.FlagSet) action {
-		return func(ctx context.Context, s *session, args []string) error {
-			if err := wantArgs(args, 2, 2, "group NAME and POLICY"); err != nil {
-				return err
-			}
-			c, err := s.iam(ctx)
-			if err != nil {
-				return err
-			}
-			arn, err := resolvePolicy(ctx, c, args[1])
-			if err != nil {
-				return err
-			}
-			if detach {
-				_, err = c.DetachGroupPolicy(ctx, &iam.DetachGroupPolicyInput{GroupName: aws.String(args[0]), PolicyArn: aws.String(arn)})
-			} else {
-				_, err = c.AttachGroupPolicy(ctx, &iam.AttachGroupPolicyInput{GroupName: aws.String(args[0]), PolicyArn: aws.String(arn)})
-			}
-			if err != nil {
-				return err
-			}
-			verb := "attached %s to group %s\n"
-			if detach {
-				verb = "detached %s from group %s\n"
-			}
-			fmt.Fprintf(s.stdout, verb, arn, args[0])
-			return nil
-		}
-	}
+		return err
+	},
 }

@@ -69,25 +69,15 @@ func policyCreate(fs *flag.FlagSet) action {
 }
 
 func policyList(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 0, 0, ""); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
+	return iamAction(0, 0, "", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
+		p := iam.NewListPoliciesPaginator(c, &iam.ListPoliciesInput{Scope: iamtypes.PolicyScopeTypeLocal})
+		policies, err := allPages(ctx, p, func(o *iam.ListPoliciesOutput) []iamtypes.Policy { return o.Policies })
 		if err != nil {
 			return err
 		}
-		all := &iam.ListPoliciesOutput{Policies: []iamtypes.Policy{}}
-		p := iam.NewListPoliciesPaginator(c, &iam.ListPoliciesInput{Scope: iamtypes.PolicyScopeTypeLocal})
-		for p.HasMorePages() {
-			page, err := p.NextPage(ctx)
-			if err != nil {
-				return err
-			}
-			all.Policies = append(all.Policies, page.Policies...)
-		}
+		all := &iam.ListPoliciesOutput{Policies: policies}
 		return s.show(all, func(w io.Writer) { policyTable(w, all.Policies) })
-	}
+	})
 }
 
 func policyTable(w io.Writer, ps []iamtypes.Policy) {
@@ -99,14 +89,7 @@ func policyTable(w io.Writer, ps []iamtypes.Policy) {
 }
 
 func policyShow(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 1, 1, "policy ARN or NAME"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(1, 1, "policy ARN or NAME", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		arn, err := resolvePolicy(ctx, c, args[0])
 		if err != nil {
 			return err
@@ -151,18 +134,11 @@ func policyShow(fs *flag.FlagSet) action {
 		f.flush()
 		fmt.Fprintf(s.stdout, "\n%s\n", prettyDocument(doc))
 		return nil
-	}
+	})
 }
 
 func policyDelete(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 1, 1, "policy ARN or NAME"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(1, 1, "policy ARN or NAME", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		arn, err := resolvePolicy(ctx, c, args[0])
 		if err != nil {
 			return err
@@ -184,7 +160,7 @@ func policyDelete(fs *flag.FlagSet) action {
 		}
 		fmt.Fprintf(s.stdout, "deleted policy %s\n", arn)
 		return nil
-	}
+	})
 }
 
 func policySimulate(fs *flag.FlagSet) action {
@@ -235,15 +211,12 @@ func policySimulate(fs *flag.FlagSet) action {
 			}
 			in.ContextEntries = append(in.ContextEntries, iamtypes.ContextEntry{ContextKeyName: aws.String(k), ContextKeyValues: values[k], ContextKeyType: typ})
 		}
-		all := &iam.SimulatePrincipalPolicyOutput{EvaluationResults: []iamtypes.EvaluationResult{}}
-		p := iam.NewSimulatePrincipalPolicyPaginator(c, in)
-		for p.HasMorePages() {
-			page, err := p.NextPage(ctx)
-			if err != nil {
-				return err
-			}
-			all.EvaluationResults = append(all.EvaluationResults, page.EvaluationResults...)
+		results, err := allPages(ctx, iam.NewSimulatePrincipalPolicyPaginator(c, in),
+			func(o *iam.SimulatePrincipalPolicyOutput) []iamtypes.EvaluationResult { return o.EvaluationResults })
+		if err != nil {
+			return err
 		}
+		all := &iam.SimulatePrincipalPolicyOutput{EvaluationResults: results}
 		if s.json() {
 			return s.show(all, nil)
 		}
@@ -264,6 +237,77 @@ func policySimulate(fs *flag.FlagSet) action {
 		}
 		tw.Flush()
 		return nil
+	}
+}
+
+// policyHolder is the SDK's calls on the policies of a user or a group,
+// the noun.
+type policyHolder struct {
+	noun   string
+	put    func(ctx context.Context, c *iam.Client, name, policy, doc string) error
+	delete func(ctx context.Context, c *iam.Client, name, policy string) error
+	attach func(ctx context.Context, c *iam.Client, name, arn string, detach bool) error
+}
+
+// verbs are the noun's verbs on its policies.
+func (h policyHolder) verbs() []*verb {
+	return []*verb{
+		{name: "put-policy", args: "NAME POLICY-NAME --document FILE|JSON", summary: "Add or replace an inline policy of the " + h.noun + ".", bind: h.putPolicy},
+		{name: "delete-policy", args: "NAME POLICY-NAME", summary: "Delete an inline policy of the " + h.noun + ".", bind: h.deletePolicy},
+		{name: "attach-policy", args: "NAME POLICY-ARN|POLICY-NAME", summary: "Attach a managed policy to the " + h.noun + ".", bind: h.attachPolicy(false)},
+		{name: "detach-policy", args: "NAME POLICY-ARN|POLICY-NAME", summary: "Detach a managed policy from the " + h.noun + ".", bind: h.attachPolicy(true)},
+	}
+}
+
+func (h policyHolder) putPolicy(fs *flag.FlagSet) action {
+	doc := documentFlag(fs)
+	return func(ctx context.Context, s *session, args []string) error {
+		if err := wantArgs(args, 2, 2, h.noun+" NAME and POLICY-NAME"); err != nil {
+			return err
+		}
+		d, err := readDocument(s, *doc) // before connecting: a usage error needs no server
+		if err != nil {
+			return err
+		}
+		c, err := s.iam(ctx)
+		if err != nil {
+			return err
+		}
+		if err := h.put(ctx, c, args[0], args[1], d); err != nil {
+			return err
+		}
+		fmt.Fprintf(s.stdout, "put policy %s on %s %s\n", args[1], h.noun, args[0])
+		return nil
+	}
+}
+
+func (h policyHolder) deletePolicy(fs *flag.FlagSet) action {
+	return iamAction(2, 2, h.noun+" NAME and POLICY-NAME", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
+		if err := h.delete(ctx, c, args[0], args[1]); err != nil {
+			return err
+		}
+		fmt.Fprintf(s.stdout, "deleted policy %s of %s %s\n", args[1], h.noun, args[0])
+		return nil
+	})
+}
+
+func (h policyHolder) attachPolicy(detach bool) func(fs *flag.FlagSet) action {
+	return func(fs *flag.FlagSet) action {
+		return iamAction(2, 2, h.noun+" NAME and POLICY", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
+			arn, err := resolvePolicy(ctx, c, args[1])
+			if err != nil {
+				return err
+			}
+			if err := h.attach(ctx, c, args[0], arn, detach); err != nil {
+				return err
+			}
+			done := "attached %s to %s %s\n"
+			if detach {
+				done = "detached %s from %s %s\n"
+			}
+			fmt.Fprintf(s.stdout, done, arn, h.noun, args[0])
+			return nil
+		})
 	}
 }
 

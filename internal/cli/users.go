@@ -33,11 +33,42 @@ func (s *session) sts(ctx context.Context) (*sts.Client, error) {
 	return sts.NewFromConfig(s.conn.aws, func(o *sts.Options) { o.BaseEndpoint = aws.String(s.conn.endpoint) }), nil
 }
 
+// iamAction is an action on min to max arguments (want names them when
+// missing) with an IAM client.
+func iamAction(min, max int, want string, run func(ctx context.Context, s *session, c *iam.Client, args []string) error) action {
+	return func(ctx context.Context, s *session, args []string) error {
+		if err := wantArgs(args, min, max, want); err != nil {
+			return err
+		}
+		c, err := s.iam(ctx)
+		if err != nil {
+			return err
+		}
+		return run(ctx, s, c, args)
+	}
+}
+
+// allPages reads every page of p and returns their items.
+func allPages[O, T any](ctx context.Context, p interface {
+	HasMorePages() bool
+	NextPage(context.Context, ...func(*iam.Options)) (*O, error)
+}, items func(*O) []T) ([]T, error) {
+	out := []T{}
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, items(page)...)
+	}
+	return out, nil
+}
+
 func userNoun() *noun {
 	return &noun{
 		name:    "user",
 		summary: "IAM users: people and programs with their own access keys and policies.",
-		verbs: []*verb{
+		verbs: append([]*verb{
 			{name: "create", args: "NAME [--path /P/] [--tag KEY=VALUE]...", summary: "Create a user (no keys, no permissions).", bind: userCreate},
 			{name: "list", args: "[--path-prefix /P/]", summary: "List users.", bind: userList},
 			{name: "show", args: "[NAME]", summary: "Show a user (yourself without NAME): groups, policies, keys.", bind: userShow},
@@ -49,11 +80,7 @@ func userNoun() *noun {
 			{name: "delete-key", args: "NAME KEY-ID", summary: "Delete an access key.", bind: userDeleteKey},
 			{name: "add-to-group", args: "NAME GROUP", summary: "Make the user a member of a group.", bind: userAddToGroup},
 			{name: "remove-from-group", args: "NAME GROUP", summary: "Remove the user from a group.", bind: userRemoveFromGroup},
-			{name: "put-policy", args: "NAME POLICY-NAME --document FILE|JSON", summary: "Add or replace an inline policy of the user.", bind: userPutPolicy},
-			{name: "delete-policy", args: "NAME POLICY-NAME", summary: "Delete an inline policy of the user.", bind: userDeletePolicy},
-			{name: "attach-policy", args: "NAME POLICY-ARN|POLICY-NAME", summary: "Attach a managed policy to the user.", bind: userAttach(false)},
-			{name: "detach-policy", args: "NAME POLICY-ARN|POLICY-NAME", summary: "Detach a managed policy from the user.", bind: userAttach(true)},
-		},
+		}, userPolicies.verbs()...),
 	}
 }
 
@@ -77,14 +104,7 @@ func userCreate(fs *flag.FlagSet) action {
 	var tags iamTagFlag
 	path := fs.String("path", "", "`path` of the user, e.g. /teams/apps/ (default /)")
 	fs.Var(&tags, "tag", "tag `KEY=VALUE` (repeatable)")
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 1, 1, "user NAME"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(1, 1, "user NAME", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		in := &iam.CreateUserInput{UserName: aws.String(args[0]), Tags: tags}
 		if *path != "" {
 			in.Path = path
@@ -94,34 +114,23 @@ func userCreate(fs *flag.FlagSet) action {
 			return err
 		}
 		return s.show(out, func(w io.Writer) { userTable(w, []iamtypes.User{*out.User}) })
-	}
+	})
 }
 
 func userList(fs *flag.FlagSet) action {
 	prefix := fs.String("path-prefix", "", "only users whose path starts with `PREFIX`")
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 0, 0, ""); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
-		all := &iam.ListUsersOutput{Users: []iamtypes.User{}}
+	return iamAction(0, 0, "", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		in := &iam.ListUsersInput{}
 		if *prefix != "" {
 			in.PathPrefix = prefix
 		}
-		p := iam.NewListUsersPaginator(c, in)
-		for p.HasMorePages() {
-			page, err := p.NextPage(ctx)
-			if err != nil {
-				return err
-			}
-			all.Users = append(all.Users, page.Users...)
+		users, err := allPages(ctx, iam.NewListUsersPaginator(c, in), func(o *iam.ListUsersOutput) []iamtypes.User { return o.Users })
+		if err != nil {
+			return err
 		}
+		all := &iam.ListUsersOutput{Users: users}
 		return s.show(all, func(w io.Writer) { userTable(w, all.Users) })
-	}
+	})
 }
 
 func userTable(w io.Writer, users []iamtypes.User) {
@@ -133,14 +142,7 @@ func userTable(w io.Writer, users []iamtypes.User) {
 }
 
 func userShow(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 0, 1, ""); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(0, 1, "", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		in := &iam.GetUserInput{}
 		if len(args) == 1 {
 			in.UserName = aws.String(args[0])
@@ -195,7 +197,7 @@ func userShow(fs *flag.FlagSet) action {
 		f.add("Access keys", strings.Join(ks, ", "))
 		f.flush()
 		return nil
-	}
+	})
 }
 
 func attachedText(ps []iamtypes.AttachedPolicy) string {
@@ -207,31 +209,17 @@ func attachedText(ps []iamtypes.AttachedPolicy) string {
 }
 
 func userDelete(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 1, 1, "user NAME"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(1, 1, "user NAME", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		if _, err := c.DeleteUser(ctx, &iam.DeleteUserInput{UserName: aws.String(args[0])}); err != nil {
 			return err
 		}
 		fmt.Fprintf(s.stdout, "deleted user %s\n", args[0])
 		return nil
-	}
+	})
 }
 
 func userCreateKey(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 1, 1, "user NAME"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(1, 1, "user NAME", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		out, err := c.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: aws.String(args[0])})
 		if err != nil {
 			return err
@@ -239,18 +227,11 @@ func userCreateKey(fs *flag.FlagSet) action {
 		return s.show(out, func(w io.Writer) {
 			fmt.Fprintf(w, "AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n", str(out.AccessKey.AccessKeyId), str(out.AccessKey.SecretAccessKey))
 		})
-	}
+	})
 }
 
 func userListKeys(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 1, 1, "user NAME"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(1, 1, "user NAME", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		out, err := c.ListAccessKeys(ctx, &iam.ListAccessKeysInput{UserName: aws.String(args[0])})
 		if err != nil {
 			return err
@@ -262,77 +243,70 @@ func userListKeys(fs *flag.FlagSet) action {
 			}
 			tw.Flush()
 		})
-	}
+	})
 }
 
 func userKeyStatus(status iamtypes.StatusType) func(fs *flag.FlagSet) action {
 	return func(fs *flag.FlagSet) action {
-		return func(ctx context.Context, s *session, args []string) error {
-			if err := wantArgs(args, 2, 2, "user NAME and KEY-ID"); err != nil {
-				return err
-			}
-			c, err := s.iam(ctx)
-			if err != nil {
-				return err
-			}
+		return iamAction(2, 2, "user NAME and KEY-ID", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 			if _, err := c.UpdateAccessKey(ctx, &iam.UpdateAccessKeyInput{UserName: aws.String(args[0]), AccessKeyId: aws.String(args[1]), Status: status}); err != nil {
 				return err
 			}
 			fmt.Fprintf(s.stdout, "access key %s of %s is %s\n", args[1], args[0], status)
 			return nil
-		}
+		})
 	}
 }
 
 func userDeleteKey(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 2, 2, "user NAME and KEY-ID"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(2, 2, "user NAME and KEY-ID", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		if _, err := c.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: aws.String(args[0]), AccessKeyId: aws.String(args[1])}); err != nil {
 			return err
 		}
 		fmt.Fprintf(s.stdout, "deleted access key %s of %s\n", args[1], args[0])
 		return nil
-	}
+	})
 }
 
 func userAddToGroup(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 2, 2, "user NAME and GROUP"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(2, 2, "user NAME and GROUP", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		if _, err := c.AddUserToGroup(ctx, &iam.AddUserToGroupInput{UserName: aws.String(args[0]), GroupName: aws.String(args[1])}); err != nil {
 			return err
 		}
 		fmt.Fprintf(s.stdout, "%s is a member of %s\n", args[0], args[1])
 		return nil
-	}
+	})
 }
 
 func userRemoveFromGroup(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 2, 2, "user NAME and GROUP"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
+	return iamAction(2, 2, "user NAME and GROUP", func(ctx context.Context, s *session, c *iam.Client, args []string) error {
 		if _, err := c.RemoveUserFromGroup(ctx, &iam.RemoveUserFromGroupInput{UserName: aws.String(args[0]), GroupName: aws.String(args[1])}); err != nil {
 			return err
 		}
 		fmt.Fprintf(s.stdout, "%s is no longer a member of %s\n", args[0], args[1])
 		return nil
-	}
+	})
+}
+
+// userPolicies are the SDK calls on a user's policies.
+var userPolicies = policyHolder{
+	noun: "user",
+	put: func(ctx context.Context, c *iam.Client, name, policy, doc string) error {
+		_, err := c.PutUserPolicy(ctx, &iam.PutUserPolicyInput{UserName: &name, PolicyName: &policy, PolicyDocument: &doc})
+		return err
+	},
+	delete: func(ctx context.Context, c *iam.Client, name, policy string) error {
+		_, err := c.DeleteUserPolicy(ctx, &iam.DeleteUserPolicyInput{UserName: &name, PolicyName: &policy})
+		return err
+	},
+	attach: func(ctx context.Context, c *iam.Client, name, arn string, detach bool) (err error) {
+		if detach {
+			_, err = c.DetachUserPolicy(ctx, &iam.DetachUserPolicyInput{UserName: &name, PolicyArn: &arn})
+		} else {
+			_, err = c.AttachUserPolicy(ctx, &iam.AttachUserPolicyInput{UserName: &name, PolicyArn: &arn})
+		}
+		return err
+	},
 }
 
 // documentFlag registers --document: a file, "-" for standard input, or
@@ -361,45 +335,6 @@ func readDocument(s *session, v string) (string, error) {
 	return string(b), nil
 }
 
-func userPutPolicy(fs *flag.FlagSet) action {
-	doc := documentFlag(fs)
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 2, 2, "user NAME and POLICY-NAME"); err != nil {
-			return err
-		}
-		d, err := readDocument(s, *doc)
-		if err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := c.PutUserPolicy(ctx, &iam.PutUserPolicyInput{UserName: aws.String(args[0]), PolicyName: aws.String(args[1]), PolicyDocument: aws.String(d)}); err != nil {
-			return err
-		}
-		fmt.Fprintf(s.stdout, "put policy %s on user %s\n", args[1], args[0])
-		return nil
-	}
-}
-
-func userDeletePolicy(fs *flag.FlagSet) action {
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 2, 2, "user NAME and POLICY-NAME"); err != nil {
-			return err
-		}
-		c, err := s.iam(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := c.DeleteUserPolicy(ctx, &iam.DeleteUserPolicyInput{UserName: aws.String(args[0]), PolicyName: aws.String(args[1])}); err != nil {
-			return err
-		}
-		fmt.Fprintf(s.stdout, "deleted policy %s of user %s\n", args[1], args[0])
-		return nil
-	}
-}
-
 // resolvePolicy takes a managed policy's ARN, or its name, which it looks
 // up among the account's policies.
 func resolvePolicy(ctx context.Context, c *iam.Client, v string) (string, error) {
@@ -419,38 +354,6 @@ func resolvePolicy(ctx context.Context, c *iam.Client, v string) (string, error)
 		}
 	}
 	return "", &apiError{code: "NoSuchEntity", msg: fmt.Sprintf("no managed policy is named %s", v)}
-}
-
-func userAttach(detach bool) func(fs *flag.FlagSet) action {
-	return func(fs *flag.FlagSet) action {
-		return func(ctx context.Context, s *session, args []string) error {
-			if err := wantArgs(args, 2, 2, "user NAME and POLICY"); err != nil {
-				return err
-			}
-			c, err := s.iam(ctx)
-			if err != nil {
-				return err
-			}
-			arn, err := resolvePolicy(ctx, c, args[1])
-			if err != nil {
-				return err
-			}
-			if detach {
-				_, err = c.DetachUserPolicy(ctx, &iam.DetachUserPolicyInput{UserName: aws.String(args[0]), PolicyArn: aws.String(arn)})
-			} else {
-				_, err = c.AttachUserPolicy(ctx, &iam.AttachUserPolicyInput{UserName: aws.String(args[0]), PolicyArn: aws.String(arn)})
-			}
-			if err != nil {
-				return err
-			}
-			verb := "attached %s to user %s\n"
-			if detach {
-				verb = "detached %s from user %s\n"
-			}
-			fmt.Fprintf(s.stdout, verb, arn, args[0])
-			return nil
-		}
-	}
 }
 
 // decodeDocument undoes the URL encoding IAM returns documents in.
