@@ -55,7 +55,18 @@ func runServer(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.AuditLimit, "audit-limit", audit.DefaultLimit, "keep at most this many audit records (the oldest go first, counted in capstan_audit_records_trimmed_total)")
 	fs.DurationVar(&cfg.ProgressDeadline, "rollout-progress-deadline", server.DefaultProgressDeadline, "stop a daemon rollout that made no progress for this long (negative: never)")
 	fs.DurationVar(&cfg.SimProvisionDelay, "sim-provision-delay", 0, "how long a sim instance takes to boot (with --provisioner sim)")
-	fs.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL agents use to reach this server (default http://<listen address>)")
+	fs.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL agents use to reach this server (default http:// or, with TLS, https:// and the listen address, loopback for 0.0.0.0)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM `file` of the API's certificate and its chain: serve HTTPS only (with --tls-key)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM `file` of the certificate's private key")
+	fs.BoolVar(&cfg.TLSSelfSigned, "tls-self-signed", false, "serve HTTPS only with a self-signed certificate generated into the data dir on first start and kept")
+	fs.Func("tls-san", "more DNS names or IPs for the generated certificate (repeat or separate by commas; with --tls-self-signed)", func(v string) error {
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				cfg.TLSSANs = append(cfg.TLSSANs, n)
+			}
+		}
+		return nil
+	})
 	fs.IntVar(&perCore, "procs-per-core", cpus.ProcsPerCore, "Go processors per core (1-8; GOMAXPROCS in the environment wins): more keep the API's latency low while the cores are saturated, at a cost in throughput (docs/api.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -86,17 +97,26 @@ func runServer(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	caFlag := ""
+	if t := s.TLS; t != nil {
+		cfg.Log.Info("serving TLS", "cert", t.CertFile, "sha256", t.Fingerprint, "generated", t.Generated, "names", t.Names)
+		fmt.Fprintf(os.Stderr, "\nCapstan API on %s: certificate %s\n  SHA-256 fingerprint %s\n", s.URL, t.CertFile, t.Fingerprint)
+		if t.CABundle != "" {
+			caFlag = " --ca-bundle " + t.CABundle
+			fmt.Fprintf(os.Stderr, "  CA bundle for clients and agents: %s\n  (capstan --ca-bundle, AWS_CA_BUNDLE, the agent's CAPSTAN_CA_BUNDLE)\n", t.CABundle)
+		}
+	}
 	cfg.Log.Info("capstan server ready", "addr", s.Addr, "region", cfg.Region, "account", cfg.AccountID, "gomaxprocs", procs)
 	if s.AdminGenerated {
 		fmt.Fprintf(os.Stderr, `
-Capstan API on http://%[1]s (administrator credential in %[2]s). To use the AWS CLI:
+Capstan API on %[1]s (administrator credential in %[2]s). To use the AWS CLI:
 
   export AWS_ACCESS_KEY_ID=%[3]s
   export AWS_SECRET_ACCESS_KEY=%[4]s
   export AWS_DEFAULT_REGION=%[5]s
-  aws ecs list-clusters --endpoint-url http://%[1]s
+  aws ecs list-clusters --endpoint-url %[1]s%[6]s
 
-`, s.Addr, filepath.Join(cfg.DataDir, "admin-credentials.json"), s.Admin.AccessKeyID, s.Admin.SecretAccessKey, cfg.Region)
+`, s.URL, filepath.Join(cfg.DataDir, "admin-credentials.json"), s.Admin.AccessKeyID, s.Admin.SecretAccessKey, cfg.Region, caFlag)
 	}
 	select {
 	case <-ctx.Done():

@@ -133,6 +133,17 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 		capacity.MemoryMiB = int(info.MemoryBytes >> 20)
 	}
 
+	if o.HTTPClient == nil && cfg.CABundle != "" {
+		// One client, so the API calls and the session trust the same CAs.
+		hc, err := session.NewHTTPClient(cfg.CABundle)
+		if err != nil {
+			return fmt.Errorf("agent CA bundle: %w", err)
+		}
+		o.HTTPClient = hc
+	}
+	if cfg.CABundle != "" && strings.HasPrefix(cfg.Endpoint, "http://") {
+		log.Warn("a CA bundle is set but the endpoint is plain http://: the server is not verified", "endpoint", cfg.Endpoint)
+	}
 	eo := ecs.Options{Region: cfg.Region, BaseEndpoint: aws.String(cfg.Endpoint),
 		Credentials: credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey.Reveal(), "")}
 	if o.HTTPClient != nil {
@@ -207,7 +218,7 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 		return err
 	}
 	src.eng = eng
-	sess := session.New(session.Config{Endpoint: cfg.Endpoint, AccessKeyID: cfg.AccessKeyID, SecretKey: cfg.SecretAccessKey.Reveal(),
+	sess := session.New(session.Config{Endpoint: cfg.Endpoint, CABundle: cfg.CABundle, AccessKeyID: cfg.AccessKeyID, SecretKey: cfg.SecretAccessKey.Reveal(),
 		Region: cfg.Region, InstanceArn: instanceArn, AgentVersion: Version, Store: db, Engine: eng, HTTPClient: o.HTTPClient, Log: log})
 
 	var metricsServer *http.Server
@@ -428,7 +439,7 @@ func register(ctx context.Context, c *ecs.Client, db *state.DB, cfg config.Confi
 				return "", fmt.Errorf("register with %s: %w", cfg.Endpoint, err)
 			}
 		}
-		log.Warn("registration failed; retrying", "err", err, "in", backoff)
+		log.Warn("registration failed; retrying", "err", session.ExplainTLS(err, cfg.Endpoint, cfg.CABundle), "in", backoff)
 		select {
 		case <-ctx.Done():
 			return "", ctx.Err()

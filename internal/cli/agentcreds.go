@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
 
@@ -56,6 +57,9 @@ func agentCredentialCreate(fs *flag.FlagSet) action {
 		}
 		fmt.Fprintf(s.stdout, "AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\nECS_CLUSTER=%s\nCAPSTAN_ENDPOINT=%s\n",
 			out.AccessKeyID, out.SecretAccessKey, out.Cluster, s.conn.endpoint)
+		if s.conn.caBundle != "" {
+			fmt.Fprintf(s.stdout, "CAPSTAN_CA_BUNDLE=%s\n", s.conn.caBundle)
+		}
 		return nil
 	}
 }
@@ -81,7 +85,11 @@ func (s *session) callExtension(ctx context.Context, op string, in, out any) err
 	if err := v4.NewSigner().SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "ecs", s.conn.aws.Region, time.Now()); err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	var hc aws.HTTPClient = http.DefaultClient
+	if s.conn.aws.HTTPClient != nil {
+		hc = s.conn.aws.HTTPClient // the SDK's carries the CA bundle
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach %s: %w", s.conn.endpoint, err)
 	}

@@ -187,8 +187,19 @@ func (s *session) printError(err error) {
 	switch {
 	case errors.As(err, &ae):
 		fmt.Fprintf(s.stderr, "capstan: %s: %s\n", ae.ErrorCode(), ae.ErrorMessage())
+	case s.conn != nil && certProblem(err) == notTLS:
+		fmt.Fprintf(s.stderr, "capstan: cannot reach %s: %s\n", s.conn.endpoint, notTLS)
+	case s.conn != nil && certProblem(err) != "":
+		trust := "the system's roots: pass --ca-bundle FILE or set AWS_CA_BUNDLE to the server's CA bundle"
+		if s.conn.caBundle != "" {
+			trust = "the CA bundle " + s.conn.caBundle
+		}
+		fmt.Fprintf(s.stderr, "capstan: cannot reach %s: its certificate is not trusted: %s; checked against %s\n", s.conn.endpoint, certProblem(err), trust)
 	case errors.As(err, &ue) && s.conn != nil:
 		fmt.Fprintf(s.stderr, "capstan: cannot reach %s: %v\n", s.conn.endpoint, ue.Err)
+	case s.conn != nil && strings.HasPrefix(s.conn.endpoint, "http://") && strings.Contains(err.Error(), "StatusCode: 400, RequestID: ,"):
+		// A TLS port answers plain HTTP with a bare 400, no ECS error.
+		fmt.Fprintf(s.stderr, "capstan: %v\ncapstan: a 400 without an error body: if the server serves TLS, use https://\n", err)
 	default:
 		fmt.Fprintf(s.stderr, "capstan: %v\n", err)
 	}

@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -32,6 +34,7 @@ type globals struct {
 	region          string
 	accessKeyID     string
 	secretAccessKey string
+	caBundle        string
 	output          string
 }
 
@@ -41,6 +44,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.region, "region", g.region, "signing `region` (default from the config file or AWS environment, else "+defaultRegion+")")
 	fs.StringVar(&g.accessKeyID, "access-key-id", g.accessKeyID, "access key `id` (overrides the config file and AWS environment)")
 	fs.StringVar(&g.secretAccessKey, "secret-access-key", g.secretAccessKey, "secret access `key`")
+	fs.StringVar(&g.caBundle, "ca-bundle", g.caBundle, "PEM `file` of the CAs to verify an https:// endpoint with (default $CAPSTAN_CA_BUNDLE, the config file, $AWS_CA_BUNDLE, else the system's)")
 	fs.StringVar(&g.output, "o", g.output, "output `format`: table or json")
 	fs.StringVar(&g.output, "output", g.output, "same as -o")
 }
@@ -55,6 +59,9 @@ const globalHelp = `Global flags (before or after the noun):
   --access-key-id ID, --secret-access-key KEY
                             credentials; else the config file, then the AWS
                             environment (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...)
+  --ca-bundle FILE           CAs to verify an https:// endpoint with; else
+                            $CAPSTAN_CA_BUNDLE, the config file's "caBundle",
+                            $AWS_CA_BUNDLE, then the system's roots
   -o, --output table|json   json prints the API result with ECS member names
 `
 
@@ -64,6 +71,7 @@ type fileConfig struct {
 	Region          string `json:"region"`
 	AccessKeyID     string `json:"accessKeyId"`
 	SecretAccessKey string `json:"secretAccessKey"`
+	CABundle        string `json:"caBundle"`
 }
 
 // loadFileConfig reads the config file. The default path may be absent; a
@@ -106,6 +114,7 @@ func loadFileConfig(g *globals, getenv func(string) string) (fileConfig, string,
 // connection is the resolved endpoint and SDK configuration.
 type connection struct {
 	endpoint string
+	caBundle string // absolute; "" for the system's roots
 	aws      aws.Config
 }
 
@@ -114,6 +123,7 @@ type connection struct {
 //	endpoint:    --endpoint, $CAPSTAN_ENDPOINT, config file, default
 //	credentials: --access-key-id/--secret-access-key, config file, AWS SDK chain
 //	region:      --region, config file, AWS_REGION, AWS_DEFAULT_REGION, profile, default
+//	CA bundle:   --ca-bundle, CAPSTAN_CA_BUNDLE, config file, AWS_CA_BUNDLE, profile, system roots
 //
 // The AWS variables are read through getenv and handed to the SDK as
 // explicit options, so a caller (a test) controls them.
@@ -145,6 +155,17 @@ func connect(ctx context.Context, g *globals, getenv func(string) string) (*conn
 	if f := getenv("AWS_SHARED_CREDENTIALS_FILE"); f != "" {
 		opts = append(opts, config.WithSharedCredentialsFiles([]string{f}))
 	}
+	caBundle := firstOf(g.caBundle, getenv("CAPSTAN_CA_BUNDLE"), fc.CABundle, getenv("AWS_CA_BUNDLE"))
+	if caBundle != "" {
+		pem, err := readCABundle(caBundle)
+		if err != nil {
+			return nil, err
+		}
+		if caBundle, err = filepath.Abs(caBundle); err != nil {
+			return nil, err
+		}
+		opts = append(opts, config.WithCustomCABundle(bytes.NewReader(pem)))
+	}
 	if r := firstOf(g.region, fc.Region, getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION")); r != "" {
 		opts = append(opts, config.WithRegion(r))
 	}
@@ -171,7 +192,43 @@ func connect(ctx context.Context, g *globals, getenv func(string) string) (*conn
 	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
 		return nil, noCredentials(cfgPath, err)
 	}
-	return &connection{endpoint: endpoint, aws: cfg}, nil
+	return &connection{endpoint: endpoint, caBundle: caBundle, aws: cfg}, nil
+}
+
+// readCABundle reads a CA bundle, refusing one without a certificate: the
+// SDK would otherwise fail every request with a vaguer error.
+func readCABundle(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("CA bundle: %w", err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("CA bundle %s holds no PEM certificate", path)
+	}
+	return b, nil
+}
+
+// certProblem says what was wrong with the server's certificate when a
+// request failed for it, or "" when it did not. notTLS is an https://
+// endpoint that answered in plain HTTP.
+const notTLS = "the server does not speak TLS (is its URL http://?)"
+
+func certProblem(err error) string {
+	var verr *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var record tls.RecordHeaderError
+	switch {
+	case errors.As(err, &verr):
+		return verr.Err.Error()
+	case errors.As(err, &unknown):
+		return unknown.Error()
+	case errors.As(err, &host):
+		return host.Error()
+	case errors.As(err, &record), strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return notTLS
+	}
+	return ""
 }
 
 func noCredentials(cfgPath string, err error) error {

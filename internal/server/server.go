@@ -4,6 +4,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,6 +96,12 @@ type Config struct {
 	// audit.DefaultLimit).
 	AuditRetention time.Duration
 	AuditLimit     int
+	// TLSCert and TLSKey are PEM files of the API's certificate and key;
+	// TLSSelfSigned generates a pair into DataDir instead, TLSSANs naming
+	// more hosts in it. With either the API serves HTTPS only (tls.go).
+	TLSCert, TLSKey string
+	TLSSelfSigned   bool
+	TLSSANs         []string
 }
 
 // MinStoppedRetention keeps a stopped task readable for longer than a
@@ -171,12 +178,15 @@ func (c *Config) Validate() error {
 	if c.SimProvisionDelay < 0 {
 		return fmt.Errorf("--sim-provision-delay must not be negative, got %s", c.SimProvisionDelay)
 	}
-	return nil
+	return c.validateTLS()
 }
 
 // Server is a running control plane.
 type Server struct {
-	Addr  string // where the API listens
+	Addr string // where the API listens
+	URL  string // http:// or https:// and Addr
+	// TLS describes the served certificate; nil for plain HTTP.
+	TLS   *TLSInfo
 	Admin auth.Credential
 	// AdminGenerated is true when the credential was created in the data dir.
 	AdminGenerated bool
@@ -216,6 +226,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	addr := ln.Addr().String()
+	var tlsInfo *TLSInfo
+	if cfg.tlsEnabled() {
+		tc, info, err := serverTLS(&cfg, addr)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		ln, tlsInfo = tls.NewListener(ln, tc), info
+	}
 	st, err := store.Open(ctx, store.Config{
 		DataDir:   filepath.Join(cfg.DataDir, "etcd"),
 		Endpoints: cfg.EtcdEndpoints,
@@ -227,11 +247,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ln.Close()
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	endpoint := cfg.AdvertiseURL
-	if endpoint == "" {
-		endpoint = "http://" + addr
-	}
+	endpoint := advertised(&cfg, addr)
 	svc := fleet.New(fleet.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log, Endpoint: endpoint,
 		AlarmSource: cfg.AlarmSource != "", ProgressDeadline: max(cfg.ProgressDeadline, 0), EventLimit: cfg.EventLimit})
 	identities := iam.NewStore(st, cfg.AccountID)
@@ -256,6 +272,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			st.Close()
 			ln.Close()
 			return nil, err
+		}
+		if tlsInfo != nil {
+			lp.CABundle = tlsInfo.localBundle
 		}
 		prov = lp
 	}
@@ -317,6 +336,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{
 		reconciles:     counts,
 		Addr:           addr,
+		URL:            localURL(cfg.tlsEnabled(), addr),
+		TLS:            tlsInfo,
 		Service:        ops,
 		Provisioner:    prov,
 		Audit:          trail,
@@ -331,6 +352,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       60 * time.Second,
 			IdleTimeout:       120 * time.Second,
+			// TLS handshake failures (a client without the CA) land here.
+			ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn),
 		},
 	}
 	s.http.RegisterOnShutdown(svc.Events().EndWaits) // long polls must not hold up a shutdown

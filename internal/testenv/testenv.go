@@ -4,6 +4,8 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -71,7 +73,7 @@ func StartServerWith(t testing.TB, edit func(*server.Config)) *Server {
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}
-	ts := &Server{Server: s, Config: cfg, URL: "http://" + s.Addr}
+	ts := &Server{Server: s, Config: cfg, URL: s.URL}
 	t.Cleanup(ts.Stop)
 	return ts
 }
@@ -130,13 +132,34 @@ func (s *Server) ECSWith(keyID, secret string) *ecs.Client {
 		BaseEndpoint: aws.String(s.URL),
 		Credentials:  credentials.NewStaticCredentialsProvider(keyID, secret, ""),
 		Retryer:      Retryer(),
+	}, func(o *ecs.Options) {
+		if s.TLS != nil {
+			o.HTTPClient = s.HTTPClient()
+		}
 	})
+}
+
+// HTTPClient is a client for the server's URL: one that trusts its
+// generated certificate when it serves TLS.
+func (s *Server) HTTPClient() *http.Client {
+	if s.TLS == nil || s.TLS.CABundle == "" {
+		return http.DefaultClient
+	}
+	pem, err := os.ReadFile(s.TLS.CABundle)
+	if err != nil {
+		panic(err) // the server just wrote it
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}
 }
 
 // Metrics returns the server's /metrics page.
 func (s *Server) Metrics(t testing.TB) string {
 	t.Helper()
-	resp, err := http.Get(s.URL + "/metrics")
+	resp, err := s.HTTPClient().Get(s.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

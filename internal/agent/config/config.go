@@ -43,6 +43,9 @@ const LevelCritical = slog.LevelError + 4
 // Config is the agent's whole configuration. Build it with Load.
 type Config struct {
 	Endpoint string // control plane URL
+	// CABundle is a PEM file of the certificates the server's is checked
+	// against ("": the system's roots).
+	CABundle string
 	Cluster  string
 	DataDir  string // absolute
 	// EnvFile is the env file that was read, "" if none.
@@ -167,6 +170,7 @@ func (c Config) String() string {
 	var b strings.Builder
 	add := func(k string, v any) { fmt.Fprintf(&b, "%s=%v ", k, v) }
 	add("endpoint", c.Endpoint)
+	add("caBundle", c.CABundle)
 	add("cluster", c.Cluster)
 	add("dataDir", c.DataDir)
 	add("envFile", c.EnvFile)
@@ -311,6 +315,8 @@ func Load(args []string, env func(string) string, envFile string) (Config, error
 // Variable names read by the agent.
 const (
 	envEndpoint        = "CAPSTAN_ENDPOINT"
+	envCABundle        = "CAPSTAN_CA_BUNDLE"
+	envAWSCABundle     = "AWS_CA_BUNDLE"
 	envCluster         = "ECS_CLUSTER"
 	envDataDir         = "ECS_DATADIR"
 	envAccessKey       = "AWS_ACCESS_KEY_ID"
@@ -354,6 +360,7 @@ var known = map[string]bool{
 	envMetadataRPS: true, envAttributes: true, envAuthType: true, envAuthData: true,
 	envInstanceCPU: true, envInstanceMemory: true, envMetricsAddr: true, envMetadataAddr: true,
 	envDaemonSubnet: true, envDaemonAddress: true, envPauseBinary: true, envRuntime: true,
+	envCABundle: true, envAWSCABundle: true,
 }
 
 var flagOf = map[string]string{envEndpoint: "--endpoint", envCluster: "--cluster", envDataDir: "--data-dir", envRuntime: "--runtime"}
@@ -376,6 +383,7 @@ func (p *parser) fill(c *Config) {
 	} else if u, err := url.Parse(c.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		p.fail(envEndpoint, "must be an http:// or https:// URL with a host")
 	}
+	c.CABundle = p.caBundle()
 	c.Cluster = p.str(envCluster, "default")
 	if !clusterName.MatchString(c.Cluster) && !clusterARN.MatchString(c.Cluster) {
 		p.fail(envCluster, "must be a cluster name (1-255 letters, digits, - and _) or a cluster ARN")

@@ -1,10 +1,16 @@
 package config
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -479,5 +485,60 @@ func TestRuntimeSelection(t *testing.T) {
 	_, err = Load([]string{"--runtime", "podman"}, envFunc(base), "")
 	if err == nil || !strings.Contains(err.Error(), `CAPSTAN_RUNTIME="podman" (flag --runtime): must be docker or sim`) {
 		t.Fatalf("bad runtime: %v", err)
+	}
+}
+
+// CAPSTAN_CA_BUNDLE, else AWS_CA_BUNDLE, names a PEM file of certificates,
+// from the environment or the env file; a file that cannot be one stops
+// the agent at start.
+func TestCABundle(t *testing.T) {
+	noBridge(t)
+	dir := t.TempDir()
+	// Any certificate will do: Load only checks the file holds one.
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemCert := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	ca := filepath.Join(dir, "ca.pem")
+	os.WriteFile(ca, []byte(pemCert), 0o644)
+	other := filepath.Join(dir, "other.pem")
+	os.WriteFile(other, []byte(pemCert), 0o644)
+	garbage := filepath.Join(dir, "garbage.pem")
+	os.WriteFile(garbage, []byte("not a certificate"), 0o644)
+
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"none", nil, ""},
+		{"capstan", map[string]string{"CAPSTAN_CA_BUNDLE": ca}, ca},
+		{"aws", map[string]string{"AWS_CA_BUNDLE": ca}, ca},
+		{"capstan wins", map[string]string{"CAPSTAN_CA_BUNDLE": ca, "AWS_CA_BUNDLE": other}, ca},
+		{"made absolute", map[string]string{"CAPSTAN_CA_BUNDLE": dir + "/x/../ca.pem"}, ca},
+	} {
+		c, err := Load(nil, envFunc(withBase(tc.env)), "")
+		if err != nil || c.CABundle != tc.want {
+			t.Errorf("%s: %q %v, want %q", tc.name, c.CABundle, err, tc.want)
+		}
+	}
+	file := filepath.Join(dir, "agent.env")
+	os.WriteFile(file, []byte("CAPSTAN_CA_BUNDLE="+ca+"\n"), 0o600)
+	if c, err := Load(nil, envFunc(base), file); err != nil || c.CABundle != ca || len(c.Ignored) != 0 {
+		t.Errorf("env file: %+v %v", c.CABundle, err)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"CAPSTAN_CA_BUNDLE": garbage}, `CAPSTAN_CA_BUNDLE="` + garbage + `": the CA bundle ` + garbage + ` holds no PEM certificate`},
+		{map[string]string{"AWS_CA_BUNDLE": dir + "/missing.pem"}, `AWS_CA_BUNDLE="` + dir + `/missing.pem": cannot read the CA bundle: open ` + dir + "/missing.pem"},
+	} {
+		if _, err := Load(nil, envFunc(withBase(tc.env)), ""); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want %q", err, tc.want)
+		}
 	}
 }

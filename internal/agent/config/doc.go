@@ -16,6 +16,7 @@
 //
 //	flag / variable                        default                     rule
 //	--endpoint, CAPSTAN_ENDPOINT           (required)                  http:// or https:// URL
+//	CAPSTAN_CA_BUNDLE, else AWS_CA_BUNDLE  the system's roots          PEM file the server's certificate must chain to
 //	--cluster, ECS_CLUSTER                 default                     cluster name or ARN
 //	--data-dir, ECS_DATADIR                /var/lib/capstan/agent      made absolute
 //	AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (required)                the agent's credential

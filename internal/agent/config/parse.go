@@ -2,6 +2,7 @@ package config
 
 import (
 	"bufio"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -51,6 +53,42 @@ func (p *parser) str(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// caBundle is CAPSTAN_CA_BUNDLE, else AWS_CA_BUNDLE (the AWS SDKs' name),
+// made absolute; the file must hold at least one PEM certificate.
+func (p *parser) caBundle() string {
+	name := envCABundle
+	if _, _, ok := p.lookup(envCABundle); !ok {
+		name = envAWSCABundle
+	}
+	v := p.str(name, "")
+	if v == "" {
+		return ""
+	}
+	abs, err := filepath.Abs(v)
+	if err != nil {
+		p.fail(name, "must be a file path")
+		return ""
+	}
+	if _, err := LoadCABundle(abs); err != nil {
+		p.fail(name, err.Error())
+		return ""
+	}
+	return abs
+}
+
+// LoadCABundle reads a PEM file of CA certificates into a pool.
+func LoadCABundle(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the CA bundle: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("the CA bundle %s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 func (p *parser) boolean(name string, def bool) bool {

@@ -58,7 +58,9 @@ type Engine interface {
 
 // Config wires a Client.
 type Config struct {
-	Endpoint     string // http(s)://host:port of the server
+	Endpoint string // http(s)://host:port of the server
+	// CABundle names the file HTTPClient trusts, for error messages.
+	CABundle     string
 	AccessKeyID  string
 	SecretKey    string
 	Region       string
@@ -285,7 +287,7 @@ func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
 		if resp != nil {
 			return nil, fmt.Errorf("open session: %s: %w", resp.Status, err)
 		}
-		return nil, fmt.Errorf("open session: %w", err)
+		return nil, fmt.Errorf("open session: %w", ExplainTLS(err, c.cfg.Endpoint, c.cfg.CABundle))
 	}
 	conn.SetReadLimit(64 << 20)
 	return conn, nil

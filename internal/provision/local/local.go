@@ -32,6 +32,9 @@ type Provisioner struct {
 	Dir     string
 	Runtime *docker.Runtime
 	Log     *slog.Logger
+	// CABundle is the PEM file agents trust the server's certificate by
+	// (CAPSTAN_CA_BUNDLE, unless the request sets it); "" for the system's.
+	CABundle string
 
 	mu    sync.Mutex
 	procs map[string]*exec.Cmd // started by this process, to reap them
@@ -74,6 +77,9 @@ func (p *Provisioner) Launch(ctx context.Context, req provision.Request) (string
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	if h := os.Getenv("DOCKER_HOST"); h != "" {
 		cmd.Env = append(cmd.Env, "DOCKER_HOST="+h)
+	}
+	if _, set := req.Env["CAPSTAN_CA_BUNDLE"]; !set && p.CABundle != "" {
+		cmd.Env = append(cmd.Env, "CAPSTAN_CA_BUNDLE="+p.CABundle)
 	}
 	for k, v := range req.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)

@@ -61,7 +61,7 @@ func EnvFor(t testing.TB, s *testenv.Server, cluster, capacityProvider, dataDir 
 // it before StartAgentEnv.
 func Env(t testing.TB, s *testenv.Server, cluster, dataDir string) map[string]string {
 	key, secret := Credential(t, s, cluster)
-	return map[string]string{
+	env := map[string]string{
 		"CAPSTAN_ENDPOINT":                      s.URL,
 		"ECS_CLUSTER":                           cluster,
 		"ECS_DATADIR":                           dataDir,
@@ -77,6 +77,10 @@ func Env(t testing.TB, s *testenv.Server, cluster, dataDir string) map[string]st
 		"ECS_DISABLE_IMAGE_CLEANUP":             "true",
 		"ECS_ENGINE_TASK_CLEANUP_WAIT_DURATION": "1m",
 	}
+	if s.TLS != nil && s.TLS.CABundle != "" {
+		env["CAPSTAN_CA_BUNDLE"] = s.TLS.CABundle
+	}
+	return env
 }
 
 // Start starts an agent of cluster against the server, using the
