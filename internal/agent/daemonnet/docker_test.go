@@ -102,6 +102,7 @@ func TestDaemonsShareOneAddress(t *testing.T) {
 	site.PortMappings = []shapes.PortMapping{{ContainerPort: new(int32(80)), Protocol: "tcp"}}
 	app := task(protocol.KindStandalone, "bridge", site)
 	hostApp := task(protocol.KindStandalone, "host", e.ctr("tool", "sleep", "3600"))
+	hostApp.HostAccess = true // as the server grants it to an authorized RunTask
 	e.run(app, hostApp)
 	sa := e.waitStatus(app.Arn, engine.StatusRunning)
 	ca := e.container(sa, "site")
