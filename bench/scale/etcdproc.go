@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +21,19 @@ import (
 const etcdEnv = "CAPSTAN_SCALE_ETCD"
 
 // serveEtcd runs a member with the embedded one's settings until stdin
-// closes, having printed its client URL on stdout.
+// closes, having printed its client URL on stdout. It serves TLS with
+// client certificates on loopback, as `capstan etcd` does.
 func serveEtcd(dir string) error {
-	m, err := store.StartMember(context.Background(), store.MemberConfig{Dir: dir, CompactEvery: store.CompactEvery})
+	client, err := freeLoopback()
+	if err != nil {
+		return err
+	}
+	peer, err := freeLoopback()
+	if err != nil {
+		return err
+	}
+	m, err := store.StartMember(context.Background(), store.MemberConfig{Dir: dir, Listen: client, PeerListen: peer,
+		CompactEvery: store.CompactEvery})
 	if err != nil {
 		return err
 	}
@@ -32,6 +43,16 @@ func serveEtcd(dir string) error {
 	return err
 }
 
+// freeLoopback is a free address on 127.0.0.1 (free a moment ago).
+func freeLoopback() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
 // etcdProcess is the member in a child process: the server's RSS and CPU
 // are then its own, as with an external etcd, while the member runs the
 // embedded one's settings on the same cores.
@@ -39,6 +60,7 @@ type etcdProcess struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
 	url string
+	tls store.TLSFiles // what the server presents to it
 }
 
 func startEtcdProcess(dir string) (*etcdProcess, error) {
@@ -48,11 +70,12 @@ func startEtcdProcess(dir string) (*etcdProcess, error) {
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), etcdEnv+"="+filepath.Join(dir, "etcd"))
+	p := &etcdProcess{cmd: cmd, tls: store.MemberTLSFiles(filepath.Join(dir, "etcd")).Client}
 	in, out, err := startChild(cmd)
 	if err != nil {
 		return nil, err
 	}
-	p := &etcdProcess{cmd: cmd, in: in}
+	p.in = in
 	got := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)

@@ -47,6 +47,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/capstanhq/capstan/internal/store"
 )
 
 type options struct {
@@ -54,6 +56,7 @@ type options struct {
 	jsonOut        string
 	etcdEndpoints  []string
 	etcdProcess    bool
+	etcdTLS        store.TLSFiles // the -etcd-process member's client certificate
 	etcdMaxTxnOps  int
 	cpuProfile     string
 	profilePhase   string

@@ -52,7 +52,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 			return rep, err
 		}
 		defer member.stop()
-		o.etcdEndpoints, o.etcdMaxTxnOps = []string{member.url}, store.EmbeddedMaxTxnOps
+		o.etcdEndpoints, o.etcdMaxTxnOps, o.etcdTLS = []string{member.url}, store.EmbeddedMaxTxnOps, member.tls
 		rep.Etcd = "process " + member.url
 	}
 	switch o.profilePhase {

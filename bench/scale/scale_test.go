@@ -58,7 +58,7 @@ func TestScaleWithEtcdProcess(t *testing.T) {
 	o := options{instances: 20, inProcess: true, skipRollouts: true, etcdProcess: true, work: t.TempDir(),
 		phaseTimeout: 4 * time.Minute, rolloutTimeout: time.Minute}
 	rep := runHarness(t, ctx, o)
-	if !strings.HasPrefix(rep.Etcd, "process http://127.0.0.1:") || rep.EtcdRSSMiB <= 0 || rep.EtcdCPUSeconds <= 0 || rep.EtcdDBMiB <= 0 {
+	if !strings.HasPrefix(rep.Etcd, "process https://127.0.0.1:") || rep.EtcdRSSMiB <= 0 || rep.EtcdCPUSeconds <= 0 || rep.EtcdDBMiB <= 0 {
 		t.Errorf("etcd %q: RSS %v MiB, CPU %v s, db %v MiB", rep.Etcd, rep.EtcdRSSMiB, rep.EtcdCPUSeconds, rep.EtcdDBMiB)
 	}
 }

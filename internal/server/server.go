@@ -55,8 +55,14 @@ type Config struct {
 	// default, 128).
 	EtcdMaxTxnOps int
 	EtcdPrefix    string
-	Region        string
-	AccountID     string
+	// EtcdCACert, EtcdCert and EtcdKey are PEM files for TLS to an
+	// external etcd: its CA, and the certificate the server presents.
+	EtcdCACert, EtcdCert, EtcdKey string
+	// SecretsKeyFile is the key the secrets in etcd are sealed with
+	// (default DataDir/secrets.key, created on first start).
+	SecretsKeyFile string
+	Region         string
+	AccountID      string
 	// AdminKeyID and AdminSecret, when both set, are the administrator
 	// credential; otherwise one is generated and kept in DataDir.
 	AdminKeyID  string
@@ -178,6 +184,9 @@ func (c *Config) Validate() error {
 	if c.SimProvisionDelay < 0 {
 		return fmt.Errorf("--sim-provision-delay must not be negative, got %s", c.SimProvisionDelay)
 	}
+	if err := c.validateState(); err != nil {
+		return err
+	}
 	return c.validateTLS()
 }
 
@@ -236,13 +245,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		ln, tlsInfo = tls.NewListener(ln, tc), info
 	}
-	st, err := store.Open(ctx, store.Config{
-		DataDir:   filepath.Join(cfg.DataDir, "etcd"),
-		Endpoints: cfg.EtcdEndpoints,
-		MaxTxnOps: cfg.EtcdMaxTxnOps,
-		Prefix:    cfg.EtcdPrefix,
-		Logger:    cfg.Log,
-	})
+	st, err := openStore(ctx, &cfg)
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -251,6 +254,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	svc := fleet.New(fleet.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log, Endpoint: endpoint,
 		AlarmSource: cfg.AlarmSource != "", ProgressDeadline: max(cfg.ProgressDeadline, 0), EventLimit: cfg.EventLimit})
 	identities := iam.NewStore(st, cfg.AccountID)
+	if err := sealSecrets(ctx, &cfg, svc, identities); err != nil {
+		st.Close()
+		ln.Close()
+		return nil, err
+	}
 	authorizer := iam.NewAuthorizer(identities)
 	lookup := auth.Chain(auth.NewStaticLookup(admin), svc.Credentials(), identities)
 	verifier := &auth.Verifier{Lookup: lookup}
