@@ -111,16 +111,22 @@ func runServer(ctx context.Context, args []string) error {
 		}
 	}
 	cfg.Log.Info("capstan server ready", "addr", s.Addr, "region", cfg.Region, "account", cfg.AccountID, "gomaxprocs", procs)
-	if s.AdminGenerated {
+	// The secret is shown once, when it is made; later starts say where it is.
+	switch {
+	case s.AdminGenerated:
 		fmt.Fprintf(os.Stderr, `
-Capstan API on %[1]s (administrator credential in %[2]s). To use the AWS CLI:
+Capstan API on %[1]s (administrator credential created in %[2]s). To use the AWS CLI:
 
   export AWS_ACCESS_KEY_ID=%[3]s
   export AWS_SECRET_ACCESS_KEY=%[4]s
   export AWS_DEFAULT_REGION=%[5]s
   aws ecs list-clusters --endpoint-url %[1]s%[6]s
 
-`, s.URL, filepath.Join(cfg.DataDir, "admin-credentials.json"), s.Admin.AccessKeyID, s.Admin.SecretAccessKey, cfg.Region, caFlag)
+This secret is not shown again: it is kept in %[2]s.
+
+`, s.URL, s.AdminFile, s.Admin.AccessKeyID, s.Admin.SecretAccessKey, cfg.Region, caFlag)
+	case s.AdminFile != "":
+		fmt.Fprintf(os.Stderr, "\nCapstan API on %s: administrator access key %s, its secret kept in %s.\n\n", s.URL, s.Admin.AccessKeyID, s.AdminFile)
 	}
 	select {
 	case <-ctx.Done():

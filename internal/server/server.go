@@ -110,6 +110,10 @@ type Config struct {
 	TLSSANs         []string
 }
 
+// MinSecretLength is the shortest administrator secret taken: the secret is
+// all that binds a signature to the root, and generated ones have 40.
+const MinSecretLength = 16
+
 // MinStoppedRetention keeps a stopped task readable for longer than a
 // client's poll for it takes.
 const MinStoppedRetention = time.Minute
@@ -149,6 +153,9 @@ func (c *Config) Validate() error {
 	}
 	if (c.AdminKeyID == "") != (c.AdminSecret == "") {
 		return errors.New("CAPSTAN_ACCESS_KEY_ID and CAPSTAN_SECRET_ACCESS_KEY must be set together")
+	}
+	if c.AdminSecret != "" && len(c.AdminSecret) < MinSecretLength {
+		return fmt.Errorf("CAPSTAN_SECRET_ACCESS_KEY must be at least %d characters long, got %d", MinSecretLength, len(c.AdminSecret))
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -197,7 +204,11 @@ type Server struct {
 	// TLS describes the served certificate; nil for plain HTTP.
 	TLS   *TLSInfo
 	Admin auth.Credential
-	// AdminGenerated is true when the credential was created in the data dir.
+	// AdminFile is where the credential is kept ("" when it came from the
+	// environment).
+	AdminFile string
+	// AdminGenerated is true when this start created the credential; its
+	// secret is shown then only.
 	AdminGenerated bool
 	Store          *store.Store
 	// Service is the API operations; its embedded State is the fleet
@@ -226,7 +237,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	admin, generated, err := adminCredential(cfg)
+	admin, adminFile, generated, err := adminCredential(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -352,6 +363,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		gateway:        gw,
 		Admin:          admin,
 		AdminGenerated: generated,
+		AdminFile:      adminFile,
 		Store:          st,
 		served:         make(chan error, 1),
 		log:            cfg.Log,
@@ -453,29 +465,30 @@ type credentialFile struct {
 }
 
 // adminCredential returns the configured administrator credential, or the
-// one kept in the data dir, creating it on first start.
-func adminCredential(cfg Config) (auth.Credential, bool, error) {
+// one kept in the data dir (and its file), creating it on first start.
+func adminCredential(cfg Config) (cred auth.Credential, file string, created bool, err error) {
 	if cfg.AdminKeyID != "" {
-		return auth.Credential{AccessKeyID: cfg.AdminKeyID, SecretAccessKey: cfg.AdminSecret, Role: auth.RoleAdmin}, false, nil
+		return auth.Credential{AccessKeyID: cfg.AdminKeyID, SecretAccessKey: cfg.AdminSecret, Role: auth.RoleAdmin}, "", false, nil
 	}
 	path := filepath.Join(cfg.DataDir, "admin-credentials.json")
 	if b, err := os.ReadFile(path); err == nil {
 		var f credentialFile
-		if err := json.Unmarshal(b, &f); err != nil || f.AccessKeyID == "" || f.SecretAccessKey == "" {
-			return auth.Credential{}, false, fmt.Errorf("%s is damaged; remove it to generate a new credential", path)
+		if err := json.Unmarshal(b, &f); err != nil || f.AccessKeyID == "" || len(f.SecretAccessKey) < MinSecretLength {
+			return auth.Credential{}, "", false, fmt.Errorf("%s is damaged (or its secret is shorter than %d characters); remove it to generate a new credential",
+				path, MinSecretLength)
 		}
-		return auth.Credential{AccessKeyID: f.AccessKeyID, SecretAccessKey: f.SecretAccessKey, Role: auth.RoleAdmin}, true, nil
+		return auth.Credential{AccessKeyID: f.AccessKeyID, SecretAccessKey: f.SecretAccessKey, Role: auth.RoleAdmin}, path, false, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return auth.Credential{}, false, fmt.Errorf("read %s: %w", path, err)
+		return auth.Credential{}, "", false, fmt.Errorf("read %s: %w", path, err)
 	}
 	f := credentialFile{AccessKeyID: auth.NewAccessKeyID("CSAK"), SecretAccessKey: auth.NewSecretAccessKey()}
 	b, _ := json.MarshalIndent(f, "", "  ")
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return auth.Credential{}, false, fmt.Errorf("write %s: %w", tmp, err)
+		return auth.Credential{}, "", false, fmt.Errorf("write %s: %w", tmp, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return auth.Credential{}, false, fmt.Errorf("write %s: %w", path, err)
+		return auth.Credential{}, "", false, fmt.Errorf("write %s: %w", path, err)
 	}
-	return auth.Credential{AccessKeyID: f.AccessKeyID, SecretAccessKey: f.SecretAccessKey, Role: auth.RoleAdmin}, true, nil
+	return auth.Credential{AccessKeyID: f.AccessKeyID, SecretAccessKey: f.SecretAccessKey, Role: auth.RoleAdmin}, path, true, nil
 }

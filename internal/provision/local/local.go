@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,6 +83,9 @@ func (p *Provisioner) Launch(ctx context.Context, req provision.Request) (string
 		cmd.Env = append(cmd.Env, "CAPSTAN_CA_BUNDLE="+p.CABundle)
 	}
 	for k, v := range req.Env {
+		if k == "CAPSTAN_METADATA_ADDR" {
+			v = metadataAddr(v)
+		}
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Env = append(cmd.Env, "ECS_DATADIR="+filepath.Join(dir, "data"),
@@ -102,6 +106,35 @@ func (p *Provisioner) Launch(ctx context.Context, req provision.Request) (string
 	go cmd.Wait() // reap it; Alive reads /proc
 	p.Log.Info("launched local instance", "id", req.ID, "pid", cmd.Process.Pid, "cpu", req.CPU, "memory_mib", req.MemoryMiB)
 	return req.ID, nil
+}
+
+// metadataAddr narrows a metadata endpoint address on all interfaces (the
+// instances controller asks for 0.0.0.0:0, a free port per agent) to the
+// docker0 gateway, where bridge, daemon and host-network tasks all reach it,
+// as the agent's own default does; without docker0, loopback, where the
+// agent would point host-network tasks anyway.
+func metadataAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return addr
+	}
+	return net.JoinHostPort(bridgeIP(), port)
+}
+
+// bridgeIP is docker0's IPv4 address, else 127.0.0.1; a variable for tests.
+var bridgeIP = func() string {
+	if ifc, err := net.InterfaceByName("docker0"); err == nil {
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+				return n.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
 }
 
 func (p *Provisioner) pid(handle string) (int, error) {
