@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -209,6 +210,27 @@ func TestMemberOnTCPRequiresClientCertificates(t *testing.T) {
 			}
 		}
 	}
+	// A store without the certificate waits, saying why.
+	defer func(was time.Duration) { awaitProbe = was }(awaitProbe)
+	awaitProbe = 500 * time.Millisecond
+	var logs lockedBuffer
+	wctx, wcancel := context.WithCancel(ctx)
+	opened := make(chan error, 1)
+	go func() {
+		_, err := Open(wctx, Config{Endpoints: []string{m.ClientURL()}, TLS: TLSFiles{CACert: files.CA},
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		opened <- err
+	}()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), "tls: certificate required"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no word of the missing certificate in 20 s: %q", logs.String())
+		}
+	}
+	wcancel()
+	if err := <-opened; err == nil {
+		t.Fatal("a store without a client certificate opened")
+	}
+
 	ca, _ := os.ReadFile(files.CA)
 	m.Close()
 

@@ -99,11 +99,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.embedded, s.client = e, c
 		s.log.Info("embedded etcd started", "client_url", e.clientURL())
 	} else {
-		c, err := dialExternal(ctx, cfg.Endpoints, cfg.TLS)
+		c, tc, err := dialExternal(ctx, cfg.Endpoints, cfg.TLS)
 		if err != nil {
 			return nil, err
 		}
 		s.client = c
+		if err := awaitEtcd(ctx, c, s.prefix, tc, s.log); err != nil {
+			c.Close()
+			return nil, err
+		}
 	}
 	s.cache = newCache(s.client, s.prefix, s.log)
 	if err := s.cache.load(ctx); err != nil {

@@ -11,8 +11,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +22,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TLSFiles name the PEM files of a store's TLS to an external etcd: the
@@ -68,9 +72,9 @@ func (f TLSFiles) clientConfig() (*tls.Config, error) {
 	return tc, nil
 }
 
-// dialExternal connects to an external cluster, over TLS when its
+// dialExternal connects to an external cluster, over TLS (tc) when its
 // endpoints are https:// or files are named.
-func dialExternal(ctx context.Context, endpoints []string, files TLSFiles) (*clientv3.Client, error) {
+func dialExternal(ctx context.Context, endpoints []string, files TLSFiles) (c *clientv3.Client, tc *tls.Config, err error) {
 	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second, Context: ctx, Logger: nopZap()}
 	secure := slices.ContainsFunc(endpoints, func(e string) bool {
 		return strings.HasPrefix(e, "https://") || strings.HasPrefix(e, "unixs://")
@@ -80,22 +84,20 @@ func dialExternal(ctx context.Context, endpoints []string, files TLSFiles) (*cli
 		// word: say so rather than send the state in clear.
 		for _, e := range endpoints {
 			if !strings.HasPrefix(e, "https://") && !strings.HasPrefix(e, "unixs://") {
-				return nil, fmt.Errorf("store: etcd endpoint %s is not https:// but TLS files are given", e)
+				return nil, nil, fmt.Errorf("store: etcd endpoint %s is not https:// but TLS files are given", e)
 			}
 		}
 	}
 	if secure {
-		tc, err := files.clientConfig()
-		if err != nil {
-			return nil, err
+		if tc, err = files.clientConfig(); err != nil {
+			return nil, nil, err
 		}
 		cfg.TLS = tc
 	}
-	c, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect etcd %v: %w", endpoints, err)
+	if c, err = clientv3.New(cfg); err != nil {
+		return nil, nil, fmt.Errorf("connect etcd %v: %w", endpoints, err)
 	}
-	return c, nil
+	return c, tc, nil
 }
 
 // MemberTLS are the files a member serving over TCP generates into its
@@ -286,4 +288,67 @@ func memberIPs(listen ...string) []net.IP {
 		}
 	}
 	return ips
+}
+
+// awaitProbe is how long awaitEtcd waits for an answer before saying why
+// there is none.
+var awaitProbe = 10 * time.Second
+
+// awaitEtcd waits for an external etcd to answer, as the first read would
+// have waited, but says why it does not every 10 s: a refused client
+// certificate or a wrong CA otherwise left a server silent for ever.
+func awaitEtcd(ctx context.Context, c *clientv3.Client, key string, tc *tls.Config, log *slog.Logger) error {
+	for {
+		pctx, cancel := context.WithTimeout(ctx, awaitProbe)
+		_, err := c.Get(pctx, key, clientv3.WithCountOnly())
+		cancel()
+		// Any answer will do, a refusal too: the first read reports it.
+		code := status.Code(err)
+		silent := errors.Is(err, context.DeadlineExceeded) || code == codes.DeadlineExceeded || code == codes.Unavailable
+		if ctx.Err() != nil || !silent {
+			return ctx.Err()
+		}
+		log.Warn("etcd does not answer; waiting for it", "endpoints", c.Endpoints(), "err", err, "cause", probeEtcd(c.Endpoints(), tc))
+	}
+}
+
+// probeEtcd says what a plain connection to each endpoint meets, since
+// etcd's client reports only that its deadline passed: a refused
+// connection, or TLS's own words ("certificate required", "unknown
+// authority").
+func probeEtcd(endpoints []string, tc *tls.Config) string {
+	var causes []string
+	for _, e := range endpoints {
+		secure := strings.HasPrefix(e, "https://")
+		network, addr := "tcp", e
+		if p, ok := strings.CutPrefix(e, "unix://"); ok {
+			network, addr = "unix", p
+		} else if u, err := url.Parse(e); err == nil && u.Host != "" {
+			addr = u.Host
+		}
+		conn, err := net.DialTimeout(network, addr, 3*time.Second)
+		if err != nil {
+			causes = append(causes, err.Error())
+			continue
+		}
+		if secure && tc != nil {
+			host, _, _ := net.SplitHostPort(addr)
+			cfg := tc.Clone()
+			cfg.ServerName = host
+			tlsConn := tls.Client(conn, cfg)
+			tlsConn.SetDeadline(time.Now().Add(2 * time.Second))
+			// TLS 1.3 servers refuse a client certificate after the
+			// handshake: their alert comes with the first read.
+			err = tlsConn.Handshake()
+			if err == nil {
+				_, err = tlsConn.Read(make([]byte, 1))
+			}
+			var ne net.Error
+			if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+				causes = append(causes, e+": "+err.Error())
+			}
+		}
+		conn.Close()
+	}
+	return strings.Join(causes, "; ")
 }

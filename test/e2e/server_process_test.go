@@ -127,6 +127,7 @@ func startServerProcess(t *testing.T, addr string, args ...string) *serverProces
 		}
 		select {
 		case err := <-p.done:
+			p.done <- err // for the cleanup
 			t.Fatalf("server exited during start: %v\n%s", err, p.log)
 		default:
 		}
@@ -245,8 +246,18 @@ func startEtcd(t *testing.T) string {
 func TestTwoServersShareExternalEtcd(t *testing.T) {
 	ctx := context.Background()
 	endpoint := startEtcd(t)
-	a := startServerProcess(t, freeAddr(t), "--data-dir", t.TempDir(), "--etcd-endpoints", endpoint)
-	b := startServerProcess(t, freeAddr(t), "--data-dir", t.TempDir(), "--etcd-endpoints", endpoint)
+	// Servers sharing an etcd share the key its secrets are sealed with.
+	key := filepath.Join(t.TempDir(), "secrets.key")
+	a := startServerProcess(t, freeAddr(t), "--data-dir", t.TempDir(), "--etcd-endpoints", endpoint, "--secrets-key-file", key)
+	b := startServerProcess(t, freeAddr(t), "--data-dir", t.TempDir(), "--etcd-endpoints", endpoint, "--secrets-key-file", key)
+	// One with a key of its own says so and exits.
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(octx, capstanBinary(t), "server", "--listen", freeAddr(t), "--data-dir", t.TempDir(),
+		"--etcd-endpoints", endpoint).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--secrets-key-file") || !strings.Contains(string(out), "sealed with key") {
+		t.Fatalf("a server with another secrets key: %v\n%s", err, out)
+	}
 	ca, cb := a.client(), b.client()
 	if _, err := ca.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("shared")}); err != nil {
 		t.Fatal(err)
