@@ -137,7 +137,6 @@ func TestFakeRefusals(t *testing.T) {
 	priv := ctrDef("app", "busybox")
 	priv.Privileged = new(true)
 	t1 := newTestTask("priv", priv)
-	t1.HostAccess = true // granted by the server, refused by this instance
 	t2 := newTestTask("daemon", priv)
 	t2.Kind = protocol.KindDaemon
 	t2.Definition.NetworkMode = "daemon"

@@ -249,8 +249,11 @@ func newTestTask(id string, cs ...shapes.ContainerDefinition) protocol.Task {
 			NetworkMode:          "bridge",
 			ContainerDefinitions: cs,
 		},
-		CreatedAt: time.Now(),
-		Version:   1,
+		// As the server sends a task of an authorized call; the host
+		// access tests take the grant away.
+		HostAccess: true,
+		CreatedAt:  time.Now(),
+		Version:    1,
 	}
 }
 
