@@ -87,8 +87,11 @@ func TestCABundle(t *testing.T) {
 	if r := h.run("cluster", "list", "--ca-bundle", "/nonexistent/ca.pem"); r.code != 1 || !strings.Contains(r.stderr, "CA bundle: open /nonexistent/ca.pem") {
 		t.Fatalf("missing bundle: exit %d\n%s", r.code, r.stderr)
 	}
-	// Plain HTTP to the TLS port never reaches the API.
-	if r := h.runEnv(withEnv("CAPSTAN_ENDPOINT", "http://"+srv.Addr), "cluster", "create", "plain"); r.code != 1 || !strings.Contains(r.stderr, "use https://") {
+	// Plain HTTP to the TLS port never reaches the API. The server answers
+	// Go's 400 (the CLI then hints at https://), or resets the connection
+	// first when the client is still writing its body.
+	if r := h.runEnv(withEnv("CAPSTAN_ENDPOINT", "http://"+srv.Addr), "cluster", "create", "plain"); r.code != 1 ||
+		!strings.Contains(r.stderr, "use https://") && !strings.Contains(r.stderr, "connection reset by peer") {
 		t.Fatalf("plain http: exit %d\n%s", r.code, r.stderr)
 	}
 	if out := h.ok("cluster", "list", "--ca-bundle", bundle); strings.Contains(out, "plain") {
