@@ -155,15 +155,19 @@ func TestTLSServerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Write(conn)
+	// The server answers Go's 400 and closes; a close with request bytes
+	// unread may reach the client as a reset before the answer does.
 	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
-	if err != nil {
+	switch {
+	case err != nil && !strings.Contains(err.Error(), "connection reset by peer"):
 		t.Fatal(err)
+	case err == nil:
+		answer, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 400 || !strings.Contains(string(answer), "Client sent an HTTP request to an HTTPS server") {
+			t.Fatalf("plain HTTP: %s %q", resp.Status, answer)
+		}
 	}
-	answer, _ := io.ReadAll(resp.Body)
 	conn.Close()
-	if resp.StatusCode != 400 || !strings.Contains(string(answer), "Client sent an HTTP request to an HTTPS server") {
-		t.Fatalf("plain HTTP: %s %q", resp.Status, answer)
-	}
 	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		resp.Body.Close()
 		if resp.StatusCode != 400 {
