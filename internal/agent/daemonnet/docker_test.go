@@ -2,6 +2,7 @@ package daemonnet_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -223,17 +224,28 @@ func TestFallbackWithoutStaticBinary(t *testing.T) {
 		s.Address != daemonnet.Gateway(netip.PrefixFrom(s.Address, 24).Masked()) {
 		t.Fatalf("setup %+v", s)
 	}
-	port := strconv.Itoa(20000 + int(time.Now().UnixNano()%20000))
+	// A port the kernel just handed out is free on the host, unlike a
+	// random one that may be some other test's.
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
 	d := daemonTask(e.httpd("web", port, "hello-from-host-daemon"))
 	e.run(d)
-	if c := e.container(e.waitStatus(d.Arn, engine.StatusRunning), "web"); c.NetworkMode != "host" {
-		t.Fatalf("daemon in %q, want host", c.NetworkMode)
+	dc := e.container(e.waitStatus(d.Arn, engine.StatusRunning), "web")
+	if dc.NetworkMode != "host" {
+		t.Fatalf("daemon in %q, want host", dc.NetworkMode)
 	}
 	app := task(protocol.KindStandalone, "bridge", e.ctr("tool", "sleep", "3600"))
 	e.run(app)
 	c := e.container(e.waitStatus(app.Arn, engine.StatusRunning), "tool")
 	eventually(t, "a bridge app reaches the host daemon as daemon:"+port, func() (bool, string) {
 		ok, out := e.httpGet(c.ID, "daemon", port)
+		if rc, err := e.rt.Inspect(t.Context(), dc.ID); err != nil || rc.State != runtime.StateRunning {
+			out += fmt.Sprintf("; the daemon container: %+v, %v", rc, err)
+		}
 		return containsBody(ok, out, "hello-from-host-daemon")
 	})
 }
