@@ -23,6 +23,11 @@ func CheckTask(req *shapes.RegisterTaskDefinitionRequest) error {
 	if err != nil {
 		return err
 	}
+	if RequiresFargate(req.RequiresCompatibilities) {
+		if err := checkFargate(req, cpu, memory); err != nil {
+			return err
+		}
+	}
 	volumes, err := checkTaskVolumes("volumes", req.Volumes)
 	if err != nil {
 		return err
@@ -63,14 +68,10 @@ func checkPlatform(req *shapes.RegisterTaskDefinitionRequest) error {
 	switch req.NetworkMode {
 	case "":
 		req.NetworkMode = "bridge"
-	case "awsvpc":
-		return unsupported("networkMode", "awsvpc gives each task an Amazon VPC network interface, which Capstan cannot attach; use bridge, host or none")
 	}
-	for i, c := range req.RequiresCompatibilities {
-		if c == "FARGATE" {
-			return unsupported(at("requiresCompatibilities", i), "Capstan runs tasks on its own instances, not on AWS Fargate; use EC2, EXTERNAL or MANAGED_INSTANCES")
-		}
-	}
+	// awsvpc: each task gets a namespace and an address of its own on the
+	// instance's task network (no ENI); FARGATE definitions run that way
+	// on managed instances.
 	if p := req.RuntimePlatform; p != nil && p.OperatingSystemFamily != "" && p.OperatingSystemFamily != "LINUX" {
 		return unsupported("runtimePlatform.operatingSystemFamily", "Capstan runs Linux containers only (got %s)", p.OperatingSystemFamily)
 	}
@@ -78,8 +79,8 @@ func checkPlatform(req *shapes.RegisterTaskDefinitionRequest) error {
 	case len(req.InferenceAccelerators) > 0:
 		return unsupported("inferenceAccelerators", "Amazon Elastic Inference accelerators are not available")
 	case req.ProxyConfiguration != nil:
-		return unsupported("proxyConfiguration", "App Mesh proxy configuration needs the awsvpc network mode, which Capstan does not run")
-	case req.EphemeralStorage != nil:
+		return unsupported("proxyConfiguration", "App Mesh proxy configuration is not available")
+	case req.EphemeralStorage != nil && !RequiresFargate(req.RequiresCompatibilities):
 		return unsupported("ephemeralStorage", "ephemeral storage sizing applies to AWS Fargate only")
 	case req.EnableFaultInjection != nil && *req.EnableFaultInjection:
 		return unsupported("enableFaultInjection", "the fault injection endpoints are not available")
@@ -221,10 +222,11 @@ func checkPorts(field string, pms []shapes.PortMapping, mode string) error {
 		if pm.Protocol == "" {
 			pm.Protocol = "tcp"
 		}
-		if mode == "host" {
-			// The container binds the host's ports directly.
+		if mode == "host" || mode == "awsvpc" {
+			// The container binds the ports of the host's (or its task's)
+			// address directly.
 			if pm.HostPort != nil && *pm.HostPort != 0 && *pm.HostPort != *pm.ContainerPort {
-				return fault.Invalid(p+".hostPort", "must equal containerPort with networkMode host (%d != %d)", *pm.HostPort, *pm.ContainerPort)
+				return fault.Invalid(p+".hostPort", "must equal containerPort with networkMode %s (%d != %d)", mode, *pm.HostPort, *pm.ContainerPort)
 			}
 			pm.HostPort = new(*pm.ContainerPort)
 		}

@@ -100,8 +100,8 @@ var taskRows = []taskRow{
 	{"container cpu sum above task", func(r *Req) { r.Cpu = "384"; sidecar(r).Cpu = n(256) }, invalid, "containerDefinitions[1].cpu"},
 
 	// platform
-	{"awsvpc", func(r *Req) { r.NetworkMode = "awsvpc" }, notSupport, "networkMode"},
-	{"fargate", func(r *Req) { r.RequiresCompatibilities = []string{"EC2", "FARGATE"} }, notSupport, "requiresCompatibilities[1]"},
+	{"awsvpc port differs", func(r *Req) { r.NetworkMode = "awsvpc" }, invalid, "containerDefinitions[0].portMappings[0].hostPort"},
+	{"fargate without awsvpc", func(r *Req) { r.RequiresCompatibilities = []string{"EC2", "FARGATE"} }, clientError, "networkMode"},
 	{"windows", func(r *Req) {
 		r.RuntimePlatform = &shapes.RuntimePlatform{OperatingSystemFamily: "WINDOWS_SERVER_2022_CORE"}
 	}, notSupport, "runtimePlatform.operatingSystemFamily"},
