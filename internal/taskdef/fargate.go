@@ -76,4 +76,3 @@ func Compatibilities(base []string, td *shapes.TaskDefinition) []string {
 	out := slices.Clone(base)
 	return append(out, "FARGATE")
 }
-
