@@ -145,37 +145,21 @@ type keyOnly struct{}
 
 func (*keyOnly) UnmarshalJSON([]byte) error { return nil }
 
-// instanceFilter is the subset of the ECS cluster query language Capstan
-// evaluates: attribute:NAME exists, attribute:NAME == VALUE, and
-// attribute:NAME != VALUE, joined with "and".
+// instanceFilter is a compiled cluster query (query.go); empty matches
+// every instance.
 type instanceFilter []func(attrs map[string]string) bool
 
-var filterTerm = regexp.MustCompile(`^attribute:([A-Za-z0-9_./-]+)\s*(?:(exists)|(==|!=)\s*(\S+))$`)
-
+// ParseInstanceFilter compiles a cluster query expression; a bad one is
+// refused with an error that quotes it.
 func ParseInstanceFilter(expr string) (instanceFilter, error) {
-	var f instanceFilter
 	if strings.TrimSpace(expr) == "" {
-		return f, nil
+		return nil, nil
 	}
-	for _, term := range regexp.MustCompile(`\s+and\s+`).Split(strings.TrimSpace(expr), -1) {
-		m := filterTerm.FindStringSubmatch(strings.TrimSpace(term))
-		if m == nil {
-			return nil, fault.Invalid("filter", "unsupported expression %q; Capstan supports attribute:NAME exists, attribute:NAME == VALUE and != joined by and", Clip(term))
-		}
-		name, exists, op, value := m[1], m[2] != "", m[3], m[4]
-		f = append(f, func(attrs map[string]string) bool {
-			v, ok := attrs[name]
-			switch {
-			case exists:
-				return ok
-			case op == "==":
-				return ok && v == value
-			default:
-				return !ok || v != value
-			}
-		})
+	e, err := parseQuery(expr)
+	if err != nil {
+		return nil, fault.Invalid("filter", "invalid expression %q: %v", Clip(expr), err)
 	}
-	return f, nil
+	return instanceFilter{e}, nil
 }
 
 func (f instanceFilter) Match(attrs map[string]string) bool {

@@ -88,10 +88,14 @@ func ParsePlacement(strategies []shapes.PlacementStrategy, constraints []shapes.
 		case "distinctInstance":
 			r.distinctInstance = true
 		case "memberOf":
-			flt, err := ParseInstanceFilter(c.Expression)
-			if err != nil || len(flt) == 0 {
-				return r, fault.Invalid(f+".expression", "memberOf needs an expression of the form attribute:NAME == VALUE")
+			if strings.TrimSpace(c.Expression) == "" {
+				return r, fault.Invalid(f+".expression", "memberOf needs an expression such as attribute:ecs.os-type == linux")
 			}
+			e, err := parseQuery(c.Expression)
+			if err != nil {
+				return r, fault.Invalid(f+".expression", "invalid expression %q: %v", Clip(c.Expression), err)
+			}
+			flt := instanceFilter{e}
 			r.memberOf = append(r.memberOf, flt)
 		default:
 			return r, fault.Invalid(f+".type", "must be distinctInstance or memberOf (got %q)", Clip(c.Type))
