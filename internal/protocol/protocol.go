@@ -130,6 +130,10 @@ type TaskState struct {
 	StoppedAt     time.Time        `json:"stoppedAt,omitzero"`
 	StopCode      string           `json:"stopCode,omitempty"`
 	StoppedReason string           `json:"stoppedReason,omitempty"`
+	// Attachments are the task's network attachments as ECS shows them:
+	// an awsvpc task's own address on the instance's task network, as an
+	// "ElasticNetworkInterface" (awsvpc.go).
+	Attachments []shapes.Attachment `json:"attachments,omitempty"`
 	// Seq orders states of one task: the server ignores a state older than
 	// one it has written.
 	Seq uint64 `json:"seq"`
@@ -146,6 +150,9 @@ type ContainerState struct {
 	Reason          string                  `json:"reason,omitempty"`
 	HealthStatus    string                  `json:"healthStatus,omitempty"`
 	NetworkBindings []shapes.NetworkBinding `json:"networkBindings,omitempty"`
+	// NetworkInterfaces is the task's address, for containers of awsvpc
+	// tasks.
+	NetworkInterfaces []shapes.NetworkInterface `json:"networkInterfaces,omitempty"`
 }
 
 // Heartbeat keeps the session alive both ways.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -107,4 +108,32 @@ func keys(m map[string]json.RawMessage) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+func TestAwsvpcAttachment(t *testing.T) {
+	const arn = "arn:aws:ecs:us-east-1:123456789012:task/prod/77aa66bb55cc"
+	a := Attachment(arn, AttachmentAttached, "169.254.172.3", "02:42:a9:fe:ac:03")
+	if a.Id != AttachmentID(arn) || len(a.Id) != 36 || strings.Count(a.Id, "-") != 4 {
+		t.Errorf("id %q is not the task's UUID-shaped attachment ID", a.Id)
+	}
+	if AttachmentID(arn) == AttachmentID(arn+"x") || InterfaceID(arn) == InterfaceID(arn+"x") {
+		t.Error("two tasks share an attachment or interface ID")
+	}
+	if a.Type != "ElasticNetworkInterface" || a.Status != "ATTACHED" {
+		t.Errorf("type/status %s/%s", a.Type, a.Status)
+	}
+	for name, want := range map[string]string{
+		DetailAddress: "169.254.172.3", DetailMAC: "02:42:a9:fe:ac:03", DetailDNSName: "ip-169-254-172-3",
+		DetailInterfaceID: InterfaceID(arn),
+	} {
+		if got := Detail(a, name); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	if !strings.HasPrefix(InterfaceID(arn), "eni-") || len(InterfaceID(arn)) != 21 {
+		t.Errorf("interface ID %q", InterfaceID(arn))
+	}
+	if p := Attachment(arn, AttachmentPrecreated, "", ""); Detail(p, DetailAddress) != "" || len(p.Details) != 1 {
+		t.Errorf("precreated attachment has details %v", p.Details)
+	}
 }
