@@ -59,6 +59,8 @@ type fleetCluster struct {
 	// (one, unless records disagree; the task need not exist), so that a
 	// task's change updates their busy counts.
 	desiredOn map[string][]string
+	// tally is what DescribeClusters counts, kept as records change.
+	tally clusterTally
 }
 
 type cpStand struct{ instances, active int }
@@ -93,6 +95,7 @@ type fleetInstance struct {
 	registeredAt time.Time
 	inactiveAt   time.Time
 	cpu, mem     int
+	registered   bool // counted in tally.instances
 	ports        []string
 	attributes   map[string]string // shared read-only with readers
 	connected    bool
@@ -165,7 +168,7 @@ func newModel() *model {
 
 // attach registers the fleet with the store.
 func (f *model) attach(st *store.Store) {
-	for _, p := range []string{"containerinstances/", "sessions/", "desired/", "daemonplacements/", "tasks/", "credentials/"} {
+	for _, p := range []string{"containerinstances/", "sessions/", "desired/", "daemonplacements/", "tasks/", "credentials/", "services/"} {
 		st.AddIndex(p, fleetIndex{f: f, kind: p})
 	}
 }
@@ -188,7 +191,13 @@ func (x fleetIndex) Reset() {
 	}
 	for _, c := range f.clusters {
 		switch x.kind {
+		case "services/":
+			clear(c.tally.services)
+			c.tally.activeServices.Store(0)
+			continue
 		case "tasks/":
+			c.tally.running.Store(0)
+			c.tally.pending.Store(0)
 			clear(c.tasks)
 			clear(c.groups)
 			clear(c.waiting)
@@ -240,6 +249,7 @@ func (f *model) cluster(name string) *fleetCluster {
 // recount takes an instance's part out of the counts and puts it back as
 // the instance stands now.
 func (c *fleetCluster) recount(fi *fleetInstance) {
+	c.tally.noteInstance(fi)
 	c.counts.Lock()
 	defer c.counts.Unlock()
 	old := fi.counted
@@ -466,9 +476,12 @@ type fleetChange struct {
 		Managed    bool   `json:"managed"`
 		InstanceID string `json:"instanceId"`
 	}
-	inst  *fleetInstanceProbe
-	place *DaemonPlacement
-	task  *fleetTaskProbe
+	inst    *fleetInstanceProbe
+	place   *DaemonPlacement
+	task    *fleetTaskProbe
+	service *struct {
+		Status string `json:"status"`
+	}
 }
 
 func decodeFleetChange(kind, key string, value []byte, rev int64) fleetChange {
@@ -489,6 +502,11 @@ func decodeFleetChange(kind, key string, value []byte, rev int64) fleetChange {
 	case "tasks/":
 		ch.task = &fleetTaskProbe{}
 		err = codec.Unmarshal(value, ch.task)
+	case "services/":
+		ch.service = &struct {
+			Status string `json:"status"`
+		}{}
+		err = codec.Unmarshal(value, ch.service)
 	}
 	ch.present = err == nil
 	return ch
@@ -618,6 +636,12 @@ func (f *model) apply(ch *fleetChange) {
 		c.notePlacedTask(parts[2], old.TaskID, p.TaskID)
 		fi.placements.set(parts[3], p)
 		c.recount(fi)
+	case "services/":
+		if len(parts) != 3 {
+			return
+		}
+		c := f.cluster(parts[1])
+		c.tally.noteService(parts[2], ch.present && ch.service.Status == "ACTIVE")
 	case "tasks/":
 		if len(parts) != 3 {
 			return
@@ -626,6 +650,9 @@ func (f *model) apply(ch *fleetChange) {
 		id := parts[2]
 		t := c.tasks[id]
 		defer c.rebusy(id, t.busy())
+		if t != nil {
+			c.tally.noteTask(t.Last, -1)
+		}
 		if !ch.present {
 			if t != nil {
 				c.ungroup(t)
@@ -659,6 +686,7 @@ func (f *model) apply(ch *fleetChange) {
 		}
 		t.Group, t.instance, t.cp = p.Group, p.InstanceID, p.CP
 		t.Last, t.DesiredStatus = intern(p.LastStatus), intern(p.DesiredStatus)
+		c.tally.noteTask(t.Last, 1)
 		t.health, t.stopCode, t.StartedBy = p.Health, p.StopCode, p.StartedBy
 		t.createdAt, t.startedAt, t.stoppedAt = p.CreatedAt.Time, p.StartedAt.Time, p.StoppedAt.Time
 		if p.InstanceID == "" {

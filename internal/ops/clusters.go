@@ -92,8 +92,13 @@ func (s *Service) CreateCluster(ctx context.Context, req *shapes.CreateClusterRe
 // describeCluster returns the API view of c, with derived counts.
 func (s *Service) describeCluster(ctx context.Context, c store.Cluster, include []string) (*shapes.Cluster, error) {
 	cl := c.Cluster
-	zero := int32(0)
-	cl.ActiveServicesCount, cl.PendingTasksCount, cl.RunningTasksCount, cl.RegisteredContainerInstancesCount = &zero, &zero, &zero, &zero
+	n, err := s.ClusterCounts(ctx, cl.ClusterName)
+	if err != nil {
+		return nil, err
+	}
+	i32 := func(v int) *int32 { x := int32(v); return &x }
+	cl.ActiveServicesCount, cl.PendingTasksCount = i32(n.ActiveServices), i32(n.Pending)
+	cl.RunningTasksCount, cl.RegisteredContainerInstancesCount = i32(n.Running), i32(n.Instances)
 	if !slices.Contains(include, "TAGS") {
 		cl.Tags = nil
 	}
