@@ -141,7 +141,7 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 		}
 		ci.RegisteredResources = total.Shapes()
 		ci.VersionInfo = req.VersionInfo
-		ci.Attributes = mergeAttributes(req.Attributes)
+		ci.Attributes = keepCustomAttributes(mergeAttributes(req.Attributes), ci)
 		if req.Tags != nil {
 			ci.Tags = req.Tags
 		}

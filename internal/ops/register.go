@@ -11,6 +11,7 @@ func (s *Service) Register(h *api.Handler) {
 	s.registerDaemons(h)
 	s.registerTags(h)
 	s.registerInstances(h)
+	s.registerAttributes(h)
 	s.registerTasks(h)
 	s.registerServices(h)
 	s.registerExtensions(h)

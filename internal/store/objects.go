@@ -222,6 +222,9 @@ type ContainerInstance struct {
 	// InactiveAt is when the instance was deregistered; it is deleted once
 	// its retention has passed since (control.ExpireInactiveInstances).
 	InactiveAt time.Time `json:"capstanInactiveAt,omitzero"`
+	// CustomAttributes names the attributes PutAttributes set: they outlive
+	// the agent's re-registration, which replaces the rest.
+	CustomAttributes []string `json:"capstanCustomAttributes,omitempty"`
 }
 
 // Reservation is what a task holds on its instance while it is not STOPPED.

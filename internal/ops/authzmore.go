@@ -1,0 +1,43 @@
+package ops
+
+import (
+	"maps"
+
+	"github.com/capstanhq/capstan/internal/api/shapes"
+)
+
+// Rows for the operations added for ECS fidelity (issue 47), kept apart
+// from authztable.go's literal so that both can change at once; init
+// merges them into authTable.
+func init() { maps.Copy(authTable, authTableMore) }
+
+// Texts of the resources column for these rows.
+const resInstances = "each container instance named"
+
+var authTableMore = map[string]authSpec{
+	// Attributes: the reference checks Put and Delete against the
+	// container instances, List against the cluster.
+	"PutAttributes": authOp("ecs:PutAttributes", resInstances, nil, keys(condCluster),
+		func(b *authBuild, r *shapes.PutAttributesRequest) error {
+			return b.attributeTargets(r.Cluster, r.Attributes)
+		}),
+	"DeleteAttributes": authOp("ecs:DeleteAttributes", resInstances, nil, keys(condCluster),
+		func(b *authBuild, r *shapes.DeleteAttributesRequest) error {
+			return b.attributeTargets(r.Cluster, r.Attributes)
+		}),
+	"ListAttributes": authOp("ecs:ListAttributes", resCluster, keys(docResourceTag), keys(condCluster),
+		func(b *authBuild, r *shapes.ListAttributesRequest) error {
+			_, _, err := b.cluster("cluster", r.Cluster)
+			return err
+		}),
+}
+
+// attributeTargets adds each attribute's target instance.
+func (b *authBuild) attributeTargets(cluster string, attrs []shapes.Attribute) error {
+	refs := make([]string, len(attrs))
+	for i, a := range attrs {
+		refs[i] = a.TargetId
+	}
+	_, err := b.inCluster("attributes", cluster, refs, b.s.InstanceID, b.s.ARNs.ContainerInstance)
+	return err
+}

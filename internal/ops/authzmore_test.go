@@ -1,0 +1,8 @@
+package ops
+
+// Sample requests for the rows of authzmore.go.
+func init() {
+	authSamples["PutAttributes"] = `{"cluster":"prod","attributes":[{"name":"k","value":"v","targetId":"` + taskA + `"}]}`
+	authSamples["DeleteAttributes"] = `{"cluster":"prod","attributes":[{"name":"k","targetId":"` + taskA + `"}]}`
+	authSamples["ListAttributes"] = `{"cluster":"prod","targetType":"container-instance"}`
+}
