@@ -186,6 +186,11 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 	if err != nil {
 		return err
 	}
+	// awsvpc tasks get namespaces of their own on the instance network.
+	var taskNet engine.TaskNetwork
+	if dnet != nil && dsetup.BridgeNetwork != "" {
+		taskNet = dnet
+	}
 
 	var md *metadata.Server
 	var mdListener net.Listener
@@ -213,7 +218,7 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 		Resources: capacity, StopTimeout: cfg.ContainerStopTimeout, StartTimeout: cfg.ContainerStartTimeout,
 		CleanupWait: cfg.TaskCleanupWait, DisablePrivileged: cfg.DisablePrivileged, Images: imgs, MetadataURI: metadataURI,
 		VolumeDir: filepath.Join(cfg.DataDir, "volumes"), DaemonNetworkMode: dsetup.DaemonNetworkMode,
-		BridgeNetwork: dsetup.BridgeNetwork, ExtraHosts: dsetup.ExtraHosts(), Log: log})
+		BridgeNetwork: dsetup.BridgeNetwork, ExtraHosts: dsetup.ExtraHosts(), TaskNetwork: taskNet, Log: log})
 	if err != nil {
 		return err
 	}

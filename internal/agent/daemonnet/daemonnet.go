@@ -24,6 +24,7 @@ type Runtime interface {
 	Images(ctx context.Context) ([]runtime.Image, error)
 	RemoveImage(ctx context.Context, id string) error
 	ImportImage(ctx context.Context, rootfs io.Reader, ref string, changes []string) error
+	Create(ctx context.Context, spec runtime.ContainerSpec) (string, error)
 	CreateWithAddress(ctx context.Context, spec runtime.ContainerSpec, addr netip.Addr) (string, error)
 	Start(ctx context.Context, id string) error
 	Stop(ctx context.Context, id string, timeout time.Duration) error
@@ -480,10 +481,17 @@ func (m *Manager) stopStranded(ctx context.Context, holderID string) {
 		m.log.Warn("daemon networking: cannot list daemon containers to check their namespace", "err", err)
 		return
 	}
+	// Containers of awsvpc tasks join their task's holder, not the daemons'.
+	taskHolders := map[string]bool{}
+	for _, c := range cs {
+		if c.Labels[LabelRole] == RoleTaskNamespace {
+			taskHolders[c.ID], taskHolders[c.Name] = true, true
+		}
+	}
 	var wg sync.WaitGroup
 	for _, c := range cs {
 		joined, ok := strings.CutPrefix(c.NetworkMode, "container:")
-		if !ok || c.State != runtime.StateRunning || joined == holderID || joined == m.holder || c.Labels[LabelRole] != "" {
+		if !ok || c.State != runtime.StateRunning || joined == holderID || joined == m.holder || c.Labels[LabelRole] != "" || taskHolders[joined] {
 			continue
 		}
 		m.log.Warn("daemon networking: stopping a daemon container left without a network by the holder's replacement",
@@ -606,11 +614,14 @@ func (m *Manager) reconcile(ctx context.Context) {
 // retired, never for an agent that merely stops.
 func Remove(ctx context.Context, rt Runtime, instanceArn string) error {
 	var errs []error
-	cs, err := rt.List(ctx, map[string]string{engine.LabelInstance: instanceArn, LabelRole: RoleNamespace})
+	cs, err := rt.List(ctx, map[string]string{engine.LabelInstance: instanceArn})
 	if err != nil {
 		return err
 	}
 	for _, c := range cs {
+		if r := c.Labels[LabelRole]; r != RoleNamespace && r != RoleTaskNamespace {
+			continue
+		}
 		if err := rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 			errs = append(errs, err)
 		}

@@ -39,6 +39,8 @@ type env struct {
 	mgr      *daemonnet.Manager
 	setup    daemonnet.Setup
 	eng      *engine.Engine
+	store    *memStore
+	stopEng  func()
 
 	mu      sync.Mutex
 	desired []protocol.Task
@@ -101,31 +103,58 @@ func newEnvPause(t *testing.T, pause string) *env {
 		t.Fatal(err)
 	}
 
-	e.eng, err = engine.New(engine.Config{Runtime: rt, Store: newMemStore(), Cluster: cluster, ContainerInstanceArn: e.instance,
-		StopTimeout: 2 * time.Second, ReconcileInterval: time.Second, Log: testLog(),
-		DaemonNetworkMode: e.setup.DaemonNetworkMode, BridgeNetwork: e.setup.BridgeNetwork, ExtraHosts: e.setup.ExtraHosts()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.store = newMemStore()
 	rctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := e.eng.Run(rctx); err != nil {
-			t.Errorf("engine: %v", err)
-		}
-	})
 	wg.Go(func() {
 		if err := m.Run(rctx); err != nil {
 			t.Errorf("daemon networking: %v", err)
 		}
 	})
-	wg.Go(e.collect)
 	t.Cleanup(func() { stop(); wg.Wait() })
+	e.startEngine()
+	t.Cleanup(func() { e.stopEngine() })
 	return e
 }
 
-func (e *env) collect() {
-	for st := range e.eng.Changes() {
+// startEngine starts a task engine on the instance, as the agent wires it,
+// with the records of the one before.
+func (e *env) startEngine() {
+	e.t.Helper()
+	var tn engine.TaskNetwork
+	if e.setup.BridgeNetwork != "" {
+		tn = e.mgr
+	}
+	eng, err := engine.New(engine.Config{Runtime: e.rt, Store: e.store, Cluster: cluster, ContainerInstanceArn: e.instance,
+		StopTimeout: 2 * time.Second, ReconcileInterval: time.Second, Log: testLog(),
+		DaemonNetworkMode: e.setup.DaemonNetworkMode, BridgeNetwork: e.setup.BridgeNetwork, ExtraHosts: e.setup.ExtraHosts(),
+		TaskNetwork: tn})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.eng = eng
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := eng.Run(ctx); err != nil {
+			e.t.Errorf("engine: %v", err)
+		}
+	})
+	wg.Go(func() { e.collect(eng) })
+	e.stopEng = func() { stop(); wg.Wait() }
+}
+
+// stopEngine stops the engine as an agent that exits does: its containers
+// keep running.
+func (e *env) stopEngine() {
+	if e.stopEng != nil {
+		e.stopEng()
+		e.stopEng = nil
+	}
+}
+
+func (e *env) collect(eng *engine.Engine) {
+	for st := range eng.Changes() {
 		e.mu.Lock()
 		e.states[st.Arn] = append(e.states[st.Arn], st)
 		e.mu.Unlock()

@@ -62,6 +62,8 @@ type Config struct {
 	// instance's own network, so they can reach its daemons); empty means
 	// Docker's default bridge.
 	BridgeNetwork string
+	// TaskNetwork gives awsvpc tasks their namespaces; nil refuses them.
+	TaskNetwork TaskNetwork
 	// ReconcileInterval is how often the engine lists the runtime's
 	// containers to catch missed events; default 30s.
 	ReconcileInterval time.Duration
@@ -641,6 +643,24 @@ func (e *Engine) applyList(ctx context.Context) {
 		// holder), not a task's container to adopt or remove.
 		if arn := c.Labels[LabelTaskArn]; arn != "" {
 			byTask[arn] = append(byTask[arn], c)
+		}
+		// An awsvpc task's namespace holder outlives its task only when
+		// the agent lost track of it (a crash between stop and removal).
+		if of := c.Labels[LabelNetworkOf]; of != "" && e.gotDesired && e.tasks[of] == nil && e.cfg.TaskNetwork != nil && !e.removing[c.ID] {
+			e.removing[c.ID] = true
+			id := c.ID
+			e.wg.Go(func() {
+				dctx, cancel := context.WithTimeout(ctx, networkTimeout)
+				defer cancel()
+				if err := e.cfg.TaskNetwork.Detach(dctx, of); err != nil && ctx.Err() == nil {
+					e.log.Warn("engine: cannot remove the namespace holder of an unknown task", "task", of, "err", err)
+				} else {
+					e.log.Info("engine: removed the namespace holder of an unknown task", "task", of)
+				}
+				e.mu.Lock()
+				delete(e.removing, id)
+				e.mu.Unlock()
+			})
 		}
 	}
 	var orphans []runtime.Container

@@ -30,6 +30,12 @@ type record struct {
 	Seq        uint64             `json:"seq"`
 	Times      taskTimes          `json:"times"`
 	Containers []containerRecord  `json:"containers"`
+	Net        *netRecord         `json:"net,omitempty"` // an awsvpc task's namespace
+}
+
+type netRecord struct {
+	TaskNet
+	Released bool `json:"released,omitempty"`
 }
 
 type taskTimes struct {
@@ -82,13 +88,21 @@ func (r *record) cloneHead() *record {
 	c.Task = protocol.Task{}
 	c.State.Containers = cloneEach(r.State.Containers, func(cs protocol.ContainerState) protocol.ContainerState {
 		cs.ExitCode, cs.NetworkBindings = clonePtr(cs.ExitCode), cloneEach(cs.NetworkBindings, cloneBinding)
+		cs.NetworkInterfaces = cloneEach(cs.NetworkInterfaces, func(n shapes.NetworkInterface) shapes.NetworkInterface { return n })
 		return cs
 	})
+	c.Net = clonePtr(r.Net)
+	c.State.Attachments = cloneEach(r.State.Attachments, cloneAttachment)
 	c.Containers = cloneEach(r.Containers, func(cr containerRecord) containerRecord {
 		cr.ExitCode, cr.Ports = clonePtr(cr.ExitCode), cloneEach(cr.Ports, cloneBinding)
 		return cr
 	})
 	return &c
+}
+
+func cloneAttachment(a shapes.Attachment) shapes.Attachment {
+	a.Details = cloneEach(a.Details, func(kv shapes.KeyValuePair) shapes.KeyValuePair { return kv })
+	return a
 }
 
 func cloneBinding(b shapes.NetworkBinding) shapes.NetworkBinding {
@@ -124,20 +138,27 @@ func sameHead(a, b *record) bool {
 	return a.Version == b.Version && a.Defined == b.Defined && a.Admitted == b.Admitted && a.Stopping == b.Stopping &&
 		a.StopCode == b.StopCode && a.StopReason == b.StopReason && a.Orphan == b.Orphan && a.Status == b.Status &&
 		a.Seq == b.Seq && a.Times == b.Times && sameTaskState(&a.State, &b.State) &&
-		sameSlice(a.Containers, b.Containers, sameContainerRecord)
+		sameSlice(a.Containers, b.Containers, sameContainerRecord) && samePtr(a.Net, b.Net)
 }
 
 func sameTaskState(a, b *protocol.TaskState) bool {
 	return a.Arn == b.Arn && a.LastStatus == b.LastStatus && a.HealthStatus == b.HealthStatus &&
 		a.PullStartedAt == b.PullStartedAt && a.PullStoppedAt == b.PullStoppedAt && a.StartedAt == b.StartedAt &&
 		a.StoppingAt == b.StoppingAt && a.StoppedAt == b.StoppedAt && a.StopCode == b.StopCode &&
-		a.StoppedReason == b.StoppedReason && a.Seq == b.Seq && sameSlice(a.Containers, b.Containers, sameContainerState)
+		a.StoppedReason == b.StoppedReason && a.Seq == b.Seq && sameSlice(a.Containers, b.Containers, sameContainerState) &&
+		sameSlice(a.Attachments, b.Attachments, sameAttachment)
+}
+
+func sameAttachment(a, b shapes.Attachment) bool {
+	return a.Id == b.Id && a.Status == b.Status && a.Type == b.Type &&
+		sameSlice(a.Details, b.Details, func(x, y shapes.KeyValuePair) bool { return x == y })
 }
 
 func sameContainerState(a, b protocol.ContainerState) bool {
 	return a.Name == b.Name && a.RuntimeID == b.RuntimeID && a.Image == b.Image && a.ImageDigest == b.ImageDigest &&
 		a.LastStatus == b.LastStatus && samePtr(a.ExitCode, b.ExitCode) && a.Reason == b.Reason &&
-		a.HealthStatus == b.HealthStatus && sameSlice(a.NetworkBindings, b.NetworkBindings, sameBinding)
+		a.HealthStatus == b.HealthStatus && sameSlice(a.NetworkBindings, b.NetworkBindings, sameBinding) &&
+		sameSlice(a.NetworkInterfaces, b.NetworkInterfaces, func(x, y shapes.NetworkInterface) bool { return x == y })
 }
 
 func sameContainerRecord(a, b containerRecord) bool {

@@ -75,7 +75,7 @@ func dockerNetworkMode(mode, daemonMode string) (string, error) {
 	switch mode {
 	case "", "bridge":
 		return "bridge", nil
-	case "host", "none":
+	case "host", "none", "awsvpc":
 		return mode, nil
 	case "daemon":
 		if daemonMode == "" {
@@ -83,7 +83,7 @@ func dockerNetworkMode(mode, daemonMode string) (string, error) {
 		}
 		return daemonMode, nil
 	}
-	return "", fmt.Errorf("networkMode %q is not supported on this instance; use bridge, host or none", mode)
+	return "", fmt.Errorf("networkMode %q is not supported on this instance; use bridge, host, none or awsvpc", mode)
 }
 
 // dockerNetwork is what the runtime is given for a resolved mode: bridge
@@ -105,6 +105,9 @@ func checkTask(t *protocol.Task, def *shapes.TaskDefinition, cfg *Config) (code,
 	}
 	if _, err := dockerNetworkMode(def.NetworkMode, cfg.DaemonNetworkMode); err != nil {
 		return StopTaskFailedToStart, err.Error()
+	}
+	if def.NetworkMode == "awsvpc" && cfg.TaskNetwork == nil {
+		return StopTaskFailedToStart, "networkMode awsvpc needs the instance's task network, which this instance does not have"
 	}
 	if cfg.DisablePrivileged && t.Kind != protocol.KindDaemon {
 		for _, c := range def.ContainerDefinitions {

@@ -33,6 +33,7 @@ type (
 		inspected bool   // rc is fresh
 		ierr      error  // why inspecting failed
 		output    string // last output line of a container that failed
+		net       TaskNet
 		err       error
 	}
 )
@@ -102,6 +103,11 @@ type task struct {
 	holder   int
 	shares   []int64
 	cs       []*ctr
+	// An awsvpc task's namespace (awsvpc.go): nil until attached; netOp
+	// while an attach or detach runs; netReleased once detached.
+	tnet        *TaskNet
+	netOp       bool
+	netReleased bool
 	// specViews are the containers' spec-derived details that publish
 	// shows, built once per definition (nil until then): every report
 	// publishes, and rebuilding the specs each time was a third of it.
@@ -210,6 +216,10 @@ func (e *Engine) restoredTask(rec record, cs []runtime.Container) *task {
 		if c.phase == phasePulled {
 			c.phase = phaseNone // make sure of the image again
 		}
+	}
+	if rec.Net != nil {
+		n := *rec.Net
+		t.tnet, t.netReleased = &n.TaskNet, n.Released
 	}
 	for _, c := range t.cs {
 		c.syncing = c.id != "" && !c.gone || c.phase == phaseCreated || c.phase == phaseRunning

@@ -100,6 +100,9 @@ func (t *task) create(ctx context.Context, i int) {
 	if t.holder >= 0 && t.holder != i {
 		in.holderID = t.cs[t.holder].id
 	}
+	if t.awsvpc() && t.tnet != nil {
+		in.networkMode = t.tnet.Mode
+	}
 	if t.netMode == "bridge" {
 		for _, l := range c.def.Links {
 			name, alias, _ := strings.Cut(l, ":")

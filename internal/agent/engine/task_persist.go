@@ -100,6 +100,9 @@ func (t *task) record() record {
 	if r.Task.Arn == "" {
 		r.Task.Arn = t.arn
 	}
+	if t.tnet != nil {
+		r.Net = &netRecord{TaskNet: *t.tnet, Released: t.netReleased}
+	}
 	for _, c := range t.cs {
 		r.Containers = append(r.Containers, containerRecord{
 			Name: c.name, RuntimeID: c.id, RuntimeName: c.runtimeName, Phase: c.phase.String(), Ran: c.started,

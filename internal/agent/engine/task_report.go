@@ -39,6 +39,8 @@ func (t *task) buildState() protocol.TaskState {
 		st.StoppingAt, st.StopCode, st.StoppedReason = t.times.Stopping, t.stopCode, t.stopReason
 	}
 	st.StoppedAt = t.times.Stopped
+	st.Attachments = t.netAttachment()
+	nis := t.netInterfaces()
 	for i, c := range t.cs {
 		cs := protocol.ContainerState{
 			Name:         c.name,
@@ -59,6 +61,7 @@ func (t *task) buildState() protocol.TaskState {
 		default:
 			cs.Reason = c.reason
 		}
+		cs.NetworkInterfaces = nis
 		st.Containers[i] = cs
 	}
 	return st
@@ -163,6 +166,9 @@ func (t *task) publish() {
 		}
 		if c.phase == phaseStopped || !c.restartAt.IsZero() {
 			ci.ExitCode = c.exitCode
+		}
+		if t.tnet != nil && ci.IPAddress == "" {
+			ci.IPAddress = t.tnet.Address // joined: the holder has the address
 		}
 		ci.Image = c.image
 		if d := c.def; d != nil {

@@ -110,6 +110,8 @@ func (t *task) onResult(ctx context.Context, r opResult) {
 			c.failures++
 			c.retryAt, c.needInspect = now.Add(backoff(c.failures)), true
 		}
+	case opNetAttach, opNetDetach:
+		t.onNetResult(ctx, r)
 	case opCleanup:
 		t.cleaning = false
 		if r.err != nil {

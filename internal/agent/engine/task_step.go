@@ -53,6 +53,9 @@ func (t *task) step(ctx context.Context) time.Time {
 // stepRun starts what can start.
 func (t *task) stepRun(ctx context.Context, now time.Time) time.Time {
 	var next time.Time
+	if t.awsvpc() && t.tnet == nil && !t.netOp && !t.stopping {
+		t.attachNet(ctx)
+	}
 	for i, c := range t.cs {
 		if c.op != "" || c.syncing || t.stopping {
 			continue
@@ -71,6 +74,8 @@ func (t *task) stepRun(ctx context.Context, now time.Time) time.Time {
 				return next
 			case !ready:
 				next = earliest(next, deadline)
+			case c.phase == phasePulled && t.awsvpc() && t.tnet == nil:
+				// Created in the task's namespace, once it is there.
 			case c.phase == phasePulled:
 				t.create(ctx, i)
 			default:
@@ -135,7 +140,7 @@ func (t *task) stepStop(ctx context.Context, now time.Time) time.Time {
 			c.phase, c.restartAt = phaseStopped, time.Time{} // exited, waiting for a restart
 		}
 	}
-	busy := false
+	busy := t.netOp
 	for i, c := range t.cs {
 		if c.op != "" || c.syncing {
 			busy = true
@@ -153,6 +158,11 @@ func (t *task) stepStop(ctx context.Context, now time.Time) time.Time {
 			continue
 		}
 		t.stopContainer(ctx, c)
+	}
+	if !busy && t.tnet != nil && !t.netReleased {
+		// The namespace goes once nothing runs in it.
+		t.detachNet(ctx)
+		return next
 	}
 	if !busy {
 		t.finish(now)
@@ -215,8 +225,18 @@ func (t *task) stepCleanup(ctx context.Context, now time.Time) time.Time {
 	if t.e.cfg.VolumeDir != "" {
 		dir = path.Join(t.e.cfg.VolumeDir, "tasks", sanitize(taskID(t.arn)))
 	}
+	// Again for awsvpc tasks, in case the detach at the stop failed, and
+	// for placeholders, which may have had a namespace.
+	tn := t.e.cfg.TaskNetwork
+	if t.hasDef && !t.awsvpc() {
+		tn = nil
+	}
 	t.do(ctx, nil, opCleanup, func(ctx context.Context) opResult {
-		return opResult{err: t.e.removeTask(ctx, t.arn, ids, dir)}
+		err := t.e.removeTask(ctx, t.arn, ids, dir)
+		if err == nil && tn != nil {
+			err = tn.Detach(ctx, t.arn)
+		}
+		return opResult{err: err}
 	})
 	return time.Time{}
 }
