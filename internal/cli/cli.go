@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
@@ -31,7 +32,7 @@ const (
 
 // run is Main with the environment and standard input supplied by the caller.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
-	s := &session{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
+	s := &session{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, cmd: "capstan"}
 
 	// Global flags may come before the noun and between noun and verb.
 	top := s.flagSet("capstan")
@@ -52,6 +53,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	v := n.run
 	rest = rest[1:]
+	s.cmd = "capstan " + n.name
 	if v == nil {
 		nounFlags := s.flagSet("capstan " + n.name)
 		rest, err = parseUntilWord(nounFlags, rest)
@@ -75,7 +77,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		rest = rest[1:]
 	}
 
-	fs := s.flagSet(strings.TrimSpace("capstan " + n.name + " " + v.name))
+	s.cmd = strings.TrimSpace("capstan " + n.name + " " + v.name)
+	fs := s.flagSet(s.cmd)
 	act := v.bind(fs)
 	verbHelp := func() string { return v.help(n, fs) }
 	pos, err := parseInterspersed(fs, rest)
@@ -97,6 +100,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	fs.Visit(func(f *flag.Flag) { s.setFlags[f.Name] = true })
 
 	err = act(ctx, s, pos)
+	if err != nil && ctx.Err() != nil {
+		return s.interrupted(n, v, fs, pos)
+	}
 	var ue *usageError
 	if errors.As(err, &ue) {
 		return s.usage(err, verbHelp)
@@ -123,6 +129,7 @@ type session struct {
 	setFlags map[string]bool
 	conn     *connection
 	ecs      *ecs.Client
+	cmd      string // the command as far as it is known, for usage errors
 }
 
 func (s *session) flagSet(name string) *flag.FlagSet {
@@ -169,8 +176,38 @@ func (s *session) warn(format string, args ...any) {
 	fmt.Fprintf(s.stderr, "capstan: warning: "+format+"\n", args...)
 }
 
-func (s *session) usage(err error, help func() string) int {
-	fmt.Fprintf(s.stderr, "capstan: %v\n\n%s", err, help())
+// exitInterrupted is the shells' code for a command ended by SIGINT.
+const exitInterrupted = 130
+
+// interrupted ends a command the user interrupted (Ctrl-C). A request
+// already made goes on in the server: after --wait that is a deployment,
+// and the user is told how to pick up following it.
+func (s *session) interrupted(n *noun, v *verb, fs *flag.FlagSet, pos []string) int {
+	if !s.set("wait") && !(n.name == "daemon" && v.name == "rollout") {
+		fmt.Fprintln(s.stderr, "capstan: interrupted")
+		return exitInterrupted
+	}
+	watch := "capstan events --follow"
+	if len(pos) > 0 {
+		name := pos[len(pos)-1]
+		switch n.name {
+		case "daemon":
+			watch = "capstan daemon rollout status " + name
+		case "service":
+			watch = "capstan service status " + name
+		}
+		if f := fs.Lookup("cluster"); f != nil && f.Value.String() != "" {
+			watch += " --cluster " + f.Value.String()
+		}
+	}
+	fmt.Fprintf(s.stderr, "capstan: stopped waiting; the deployment goes on in the server. Follow it again with: %s\n", watch)
+	return exitInterrupted
+}
+
+// usage reports a command-line mistake in two lines: what is wrong and
+// where the help is. The help itself would bury the message.
+func (s *session) usage(err error, _ func() string) int {
+	fmt.Fprintf(s.stderr, "capstan: %v\nRun '%s --help' for usage.\n", err, s.cmd)
 	return exitUsage
 }
 
@@ -185,7 +222,7 @@ func (s *session) printError(err error) {
 	var ae smithy.APIError
 	var ue *url.Error
 	switch {
-	case errors.As(err, &ae):
+	case errors.As(err, &ae) && !(s.conn != nil && noErrorCode(ae)):
 		fmt.Fprintf(s.stderr, "capstan: %s: %s\n", ae.ErrorCode(), ae.ErrorMessage())
 	case s.conn != nil && certProblem(err) == notTLS:
 		fmt.Fprintf(s.stderr, "capstan: cannot reach %s: %s\n", s.conn.endpoint, notTLS)
@@ -200,6 +237,8 @@ func (s *session) printError(err error) {
 	case s.conn != nil && strings.HasPrefix(s.conn.endpoint, "http://") && strings.Contains(err.Error(), "StatusCode: 400, RequestID: ,"):
 		// A TLS port answers plain HTTP with a bare 400, no ECS error.
 		fmt.Fprintf(s.stderr, "capstan: %v\ncapstan: a 400 without an error body: if the server serves TLS, use https://\n", err)
+	case s.conn != nil && notCapstan(err) != "":
+		fmt.Fprintf(s.stderr, "capstan: %s is not a Capstan/ECS API: %s; check --endpoint, $CAPSTAN_ENDPOINT or the config file\n", s.conn.endpoint, notCapstan(err))
 	default:
 		fmt.Fprintf(s.stderr, "capstan: %v\n", err)
 	}
@@ -331,7 +370,7 @@ func isGlobal(name string) bool {
 // parseUntilWord parses flags up to the first non-flag word.
 func parseUntilWord(fs *flag.FlagSet, args []string) ([]string, error) {
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		return nil, asTyped(err, args)
 	}
 	return fs.Args(), nil
 }
@@ -340,9 +379,10 @@ func parseUntilWord(fs *flag.FlagSet, args []string) ([]string, error) {
 // package stops at the first positional one), honouring "--".
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
+	all := args
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			return nil, asTyped(err, all)
 		}
 		rest := fs.Args()
 		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
@@ -354,4 +394,28 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// flagInError finds the flag name in the flag package's error messages,
+// which always show it with one dash.
+var flagInError = regexp.MustCompile(`(not defined: |for flag |for |an argument: )-([^\s:=]+)`)
+
+// asTyped rewrites a flag error to show the flag with the dashes the user
+// typed (--bogus, not -bogus), so it can be found on the command line.
+func asTyped(err error, args []string) error {
+	m := flagInError.FindStringSubmatchIndex(err.Error())
+	if m == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	msg := err.Error()
+	name := msg[m[4]:m[5]]
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--"+name || strings.HasPrefix(a, "--"+name+"=") {
+			return errors.New(msg[:m[4]] + "-" + msg[m[4]:])
+		}
+	}
+	return err
 }

@@ -168,15 +168,22 @@ func TestErrors(t *testing.T) {
 	h.fails(1, "capstan: ClusterNotFoundException: ", "cluster", "delete", "nope")
 	h.fails(1, "capstan: ClusterNotFoundException: ", "capacity-provider", "create", "cp", "--cluster", "nope")
 
-	// Usage errors: exit 2 with help.
-	r := h.fails(2, "flag provided but not defined: -bogus", "cluster", "list", "--bogus")
-	if !strings.Contains(r.stderr, "Usage: capstan cluster list") {
-		t.Fatalf("bad flag without help:\n%s", r.stderr)
+	// Usage errors: exit 2, the message and where the help is, the flag
+	// as typed.
+	r := h.fails(2, "flag provided but not defined: --bogus\n", "cluster", "list", "--bogus")
+	if r.stderr != "capstan: flag provided but not defined: --bogus\nRun 'capstan cluster list --help' for usage.\n" {
+		t.Fatalf("bad flag:\n%s", r.stderr)
 	}
-	h.fails(2, `unknown noun "clusters"`, "clusters", "list")
+	h.fails(2, "flag provided but not defined: -x\n", "cluster", "list", "-x")
+	h.fails(2, `invalid value "soon" for flag --timeout`, "daemon", "update", "d", "--timeout=soon")
+	h.fails(2, "flag needs an argument: --cluster\n", "daemon", "list", "--cluster")
+	r = h.fails(2, `unknown noun "clusters"`, "clusters", "list")
+	if !strings.HasSuffix(r.stderr, "\nRun 'capstan --help' for usage.\n") || strings.Count(r.stderr, "\n") != 2 {
+		t.Fatalf("unknown noun:\n%s", r.stderr)
+	}
 	r = h.fails(2, `unknown verb "lst" for cluster`, "cluster", "lst")
-	if !strings.Contains(r.stderr, "Verbs:") {
-		t.Fatalf("unknown verb without the noun's help:\n%s", r.stderr)
+	if !strings.Contains(r.stderr, "Run 'capstan cluster --help' for usage.") || strings.Count(r.stderr, "\n") != 2 {
+		t.Fatalf("unknown verb:\n%s", r.stderr)
 	}
 	h.fails(2, "missing verb", "daemon")
 	h.fails(2, "missing cluster NAME", "cluster", "create")

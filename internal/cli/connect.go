@@ -16,10 +16,12 @@ import (
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/smithy-go"
 )
 
 const (
@@ -259,4 +261,45 @@ func firstOf(vals ...string) string {
 		}
 	}
 	return ""
+}
+
+// notCapstan says why an answer cannot have come from an ECS API (a body
+// that is not ECS JSON, an error without an ECS error code), or "".
+func notCapstan(err error) string {
+	status := "a response"
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		status = fmt.Sprintf("HTTP %d", re.HTTPStatusCode())
+	}
+	var de *smithy.DeserializationError
+	var ae smithy.APIError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &de):
+		return fmt.Sprintf("it answered %s with %s", status, bodyGist(de.Snapshot))
+	case errors.As(err, &ae) && noErrorCode(ae):
+		return fmt.Sprintf("it answered %s without an ECS error code", status)
+	case errors.As(err, &se):
+		return "its answer is not JSON"
+	}
+	return ""
+}
+
+// noErrorCode is an error response whose body named no ECS error: the SDK
+// calls those UnknownError, callExtension leaves the code empty.
+func noErrorCode(ae smithy.APIError) bool {
+	return ae.ErrorCode() == "" || ae.ErrorCode() == "UnknownError"
+}
+
+// bodyGist is the start of a response body, for a message.
+func bodyGist(b []byte) string {
+	first, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if first == "" {
+		// The SDK keeps no copy of a success body it failed to read.
+		return "a body that is not ECS JSON"
+	}
+	if len(first) > 60 {
+		first = first[:60] + "..."
+	}
+	return fmt.Sprintf("%q", first)
 }

@@ -46,10 +46,19 @@ func decodeInput(data []byte, in any) error {
 	dec.UseNumber()
 	var doc any
 	if err := dec.Decode(&doc); err != nil {
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &se):
+			// Offset counts the bytes read, the one at fault included.
+			return fmt.Errorf("not valid JSON at %s: %w", position(data, se.Offset-1), err)
+		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+			return fmt.Errorf("not valid JSON at %s: the document ends early", position(data, int64(len(data))))
+		}
 		return fmt.Errorf("not valid JSON: %w", err)
 	}
 	if dec.More() {
-		return errors.New("not valid JSON: more than one value")
+		next := dec.InputOffset() + int64(len(data[dec.InputOffset():])-len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")))
+		return fmt.Errorf("not valid JSON at %s: more than one value", position(data, next))
 	}
 	if _, ok := doc.(map[string]any); !ok {
 		return errors.New("must be a JSON object")
@@ -71,6 +80,15 @@ func decodeInput(data []byte, in any) error {
 		return errors.New(strings.Join(d.errs, "; "))
 	}
 	return nil
+}
+
+// position is "line L, column C" (both from 1, columns in bytes) of the
+// byte at index i of data.
+func position(data []byte, i int64) string {
+	before := data[:max(0, min(i, int64(len(data))))]
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := len(before) - (bytes.LastIndexByte(before, '\n') + 1) + 1
+	return fmt.Sprintf("line %d, column %d", line, col)
 }
 
 // wrapperHint recognises describe output passed where a request belongs.

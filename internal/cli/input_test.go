@@ -206,3 +206,21 @@ func TestMarshalShapeKeepsZeros(t *testing.T) {
 		t.Fatalf("metadata printed:\n%s", b)
 	}
 }
+
+// TestDecodeInputPosition: a malformed file is reported with the line and
+// column of the fault, as an editor counts them.
+func TestDecodeInputPosition(t *testing.T) {
+	for _, c := range []struct{ doc, want string }{
+		{"{\n  \"family\": \"web\",\n  \"cpu\": 256,,\n}", "line 3, column 14: invalid character ','"},
+		{"{\"family\": \"web\"\n \"cpu\": \"256\"}", "line 2, column 2: invalid character '\"' after object key:value pair"},
+		{"{\n  \"family\": \"we", "line 2, column 16: the document ends early"},
+		{"{}\n\n  {}", "line 3, column 3: more than one value"},
+		{"\t{'family': 1}", "line 1, column 3: invalid character '\\''"},
+	} {
+		var in ecs.RegisterTaskDefinitionInput
+		err := decodeInput([]byte(c.doc), &in)
+		if err == nil || !strings.Contains(err.Error(), "not valid JSON at "+c.want) {
+			t.Errorf("%q: got %v, want %q", c.doc, err, c.want)
+		}
+	}
+}
