@@ -72,3 +72,30 @@ func (s *Server) Reconciles() map[string]controller.Stat {
 	}
 	return out
 }
+
+// storeSpace exposes whether the store refuses writes for want of space.
+type storeSpace struct{ st *store.Store }
+
+var (
+	storeOutOfSpaceDesc = prometheus.NewDesc("capstan_store_out_of_space",
+		"1 while the state store refuses writes for want of space (a full disk under the embedded etcd, or etcd's NOSPACE alarm), else 0.", nil, nil)
+	storeFreeBytesDesc = prometheus.NewDesc("capstan_store_disk_free_bytes",
+		"Bytes free on the embedded etcd's filesystem, as last looked at (absent for an external etcd).", nil, nil)
+)
+
+func (storeSpace) Describe(ch chan<- *prometheus.Desc) {
+	ch <- storeOutOfSpaceDesc
+	ch <- storeFreeBytesDesc
+}
+
+func (s storeSpace) Collect(ch chan<- prometheus.Metric) {
+	sp := s.st.Space()
+	out := 0.0
+	if sp.OutOfSpace {
+		out = 1
+	}
+	ch <- prometheus.MustNewConstMetric(storeOutOfSpaceDesc, prometheus.GaugeValue, out)
+	if sp.FreeBytes >= 0 {
+		ch <- prometheus.MustNewConstMetric(storeFreeBytesDesc, prometheus.GaugeValue, float64(sp.FreeBytes))
+	}
+}

@@ -79,12 +79,24 @@ func (s *Store) defrag(revs int64, period time.Duration) {
 // defragIfDue defragments srv's database if d says it is due after revs
 // revisions in the last period.
 func defragIfDue(srv *etcdserver.EtcdServer, d *defragger, revs int64, period time.Duration, log *slog.Logger) {
-	be := srv.Backend()
-	before := be.Size()
-	if !d.due(time.Now(), before, revs, period) {
+	if !d.due(time.Now(), srv.Backend().Size(), revs, period) {
 		return
 	}
+	runDefrag(srv, d, log)
+}
+
+// runDefrag defragments srv's database and records it in d, if its disk
+// has room for the copy: etcd ends the process when a write meets a full
+// disk.
+func runDefrag(srv *etcdserver.EtcdServer, d *defragger, log *slog.Logger) {
+	be := srv.Backend()
+	before := be.Size()
 	start := time.Now()
+	if free, err := freeBytes(srv.Cfg.DataDir); err == nil && free-before < writeReserve {
+		log.Warn("not defragmenting etcd: too little disk free for the copy", "free_mib", free>>20, "db_mib", before>>20)
+		d.failed(start)
+		return
+	}
 	// The server's own call: the in-process client's maintenance
 	// service has no health notifier and panics on a defragmentation.
 	if err := srv.Defragment(); err != nil {
@@ -105,3 +117,19 @@ func (d *defragger) list() []Defrag {
 
 // Defrags are the embedded member's defragmentations so far.
 func (s *Store) Defrags() []Defrag { return s.defrags.list() }
+
+// reclaim defragments the embedded member whose database reached its
+// quota once compactions freed enough of it, so that the NOSPACE alarm can
+// be cleared; at most once per defragSpacing.
+func (s *Store) reclaim(srv *etcdserver.EtcdServer, quota int64) {
+	be := srv.Backend()
+	if be.Size() < quota*9/10 || be.SizeInUse() >= quota*8/10 {
+		return
+	}
+	s.defrags.mu.Lock()
+	wait := time.Since(s.defrags.last) < defragSpacing
+	s.defrags.mu.Unlock()
+	if !wait {
+		runDefrag(srv, &s.defrags, s.log)
+	}
+}

@@ -41,14 +41,6 @@ type embedded struct {
 	sockDir string
 }
 
-// startEmbedded starts etcd with its data in dir. The server talks to it
-// in process; other clients (etcdctl) reach it on a unix socket in dir,
-// which only dir's owner may enter: it has no TCP port, for whoever else
-// is on the host to read and write the state through.
-func startEmbedded(ctx context.Context, dir string, log *slog.Logger) (*embedded, *clientv3.Client, error) {
-	return startMember(ctx, memberOpts{dir: dir, log: log})
-}
-
 // memberOpts say where a member keeps its data and listens.
 type memberOpts struct {
 	dir string
@@ -57,12 +49,18 @@ type memberOpts struct {
 	// without them the member serves clients on a unix socket in dir and
 	// has no peer listener: a single member has no peers to hear.
 	listen, peerListen string
-	// etcdLog takes etcd's own log (nil: none, as when embedded: the
-	// server reports what matters through its store).
+	// etcdLog takes etcd's own log (nil: none).
 	etcdLog *zap.Logger
 	log     *slog.Logger
+	// quota is the database's quota (0: etcd's default).
+	quota int64
 }
 
+// startMember starts etcd with its data in o.dir. The server talks to it
+// in process; other clients (etcdctl) reach the embedded member on a unix
+// socket in the dir, which only the dir's owner may enter: it has no TCP
+// port, for whoever else is on the host to read and write the state
+// through.
 func startMember(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client, error) {
 	dir := o.dir
 	if err := privateDir(dir); err != nil {
@@ -186,6 +184,7 @@ func startLocked(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client
 	// their size.
 	cfg.MaxTxnOps = EmbeddedMaxTxnOps
 	cfg.MaxRequestBytes = 8 << 20
+	cfg.QuotaBackendBytes = o.quota
 	var err error
 	e.etcd, err = embed.StartEtcd(cfg)
 	if err != nil {

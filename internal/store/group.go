@@ -49,6 +49,9 @@ func (t *Txn) CommitGrouped(ctx context.Context) (int64, error) {
 		return t.Commit(ctx)
 	}
 	g := &grouped{t: t, bytes: t.size(), done: make(chan struct{})}
+	if err := t.s.space.admit(int64(g.bytes), t.puts()); err != nil {
+		return 0, err
+	}
 	if g.bytes > groupBytes || len(t.ops) > t.s.MaxTxnOps() || len(t.cmps) > t.s.MaxTxnOps() {
 		return t.Commit(ctx)
 	}
@@ -143,7 +146,7 @@ func (s *Store) commitGroup(batch []*grouped) {
 	cancel()
 	switch {
 	case err != nil && len(batch) == 1:
-		batch[0].err = fmt.Errorf("etcd txn: %w", err)
+		batch[0].err = fmt.Errorf("etcd txn: %w", classify(err))
 		close(batch[0].done)
 	case err != nil:
 		// Too large after all, or etcd unavailable: each finds out alone.
@@ -164,6 +167,16 @@ func (s *Store) commitGroup(batch []*grouped) {
 		s.commitGroup(batch[:half])
 		s.commitGroup(batch[half:])
 	}
+}
+
+// puts says whether the transaction writes a value (not only deletes).
+func (t *Txn) puts() bool {
+	for _, op := range t.ops {
+		if op.IsPut() {
+			return true
+		}
+	}
+	return false
 }
 
 // size is the transaction's payload in bytes, roughly.

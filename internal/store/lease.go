@@ -20,7 +20,7 @@ type Lease struct {
 func (s *Store) Grant(ctx context.Context, ttl time.Duration) (*Lease, error) {
 	r, err := s.client.Grant(ctx, int64(max(ttl/time.Second, 1)))
 	if err != nil {
-		return nil, fmt.Errorf("grant lease: %w", err)
+		return nil, fmt.Errorf("grant lease: %w", classify(err))
 	}
 	return &Lease{s: s, id: r.ID}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/capstanhq/capstan/internal/codec"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,9 @@ type Config struct {
 	// Sealer seals the secrets records hold (SecretRecord) before they go
 	// to etcd; nil writes them in the clear.
 	Sealer Sealer
+	// QuotaBytes is the embedded member's database quota, past which etcd
+	// raises its NOSPACE alarm (0: etcd's default, 2 GiB).
+	QuotaBytes int64
 }
 
 // Store is a handle on the state.
@@ -69,6 +73,7 @@ type Store struct {
 	defrags   defragger
 	maxTxnOps int
 	sealer    Sealer
+	space     *space
 }
 
 // Open connects to etcd (starting the embedded member when no endpoints
@@ -92,11 +97,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if cfg.DataDir == "" {
 			return nil, errors.New("store: a data dir or etcd endpoints are required")
 		}
-		e, c, err := startEmbedded(ctx, cfg.DataDir, s.log)
-		if err != nil {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("etcd data dir: %w", err)
+		}
+		if err := checkStart(cfg.DataDir, freeBytes); err != nil {
 			return nil, err
 		}
+		e, c, err := startMember(ctx, memberOpts{dir: cfg.DataDir, log: s.log, quota: cfg.QuotaBytes, etcdLog: etcdLogger(s.log)})
+		if err != nil {
+			return nil, classify(err)
+		}
 		s.embedded, s.client = e, c
+		s.space = newSpace(cfg.DataDir, s.log)
 		s.log.Info("embedded etcd started", "client_url", e.clientURL())
 	} else {
 		c, tc, err := dialExternal(ctx, cfg.Endpoints, cfg.TLS)
@@ -104,6 +116,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 		s.client = c
+		s.space = newSpace("", s.log)
 		if err := awaitEtcd(ctx, c, s.prefix, tc, s.log); err != nil {
 			c.Close()
 			return nil, err
@@ -122,6 +135,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.cancel = cancel
 	go func() {
 		defer close(s.done)
+		watched := make(chan struct{})
+		go func() { defer close(watched); s.watchSpace(runCtx) }()
+		defer func() { <-watched }()
 		if s.embedded == nil {
 			s.cache.run(runCtx)
 			return
@@ -500,9 +516,12 @@ func (t *Txn) Commit(ctx context.Context) (int64, error) {
 	if len(t.ops) == 0 {
 		return t.s.cache.revision(), nil
 	}
+	if err := t.s.space.admit(int64(t.size()), t.puts()); err != nil {
+		return 0, err
+	}
 	resp, err := t.s.client.Txn(ctx).If(t.cmps...).Then(t.ops...).Commit()
 	if err != nil {
-		return 0, fmt.Errorf("etcd txn: %w", err)
+		return 0, fmt.Errorf("etcd txn: %w", classify(err))
 	}
 	if !resp.Succeeded {
 		t.conflicted(ctx, resp.Header.Revision)
