@@ -94,9 +94,45 @@ func BeginVerify(ctx context.Context, v Verifier, r *http.Request) (finish func(
 		if err != nil {
 			return nil, err
 		}
-		return p.Finish, nil
+		return func(body []byte) (auth.Principal, error) {
+			pr, err := p.Finish(body)
+			if err == nil {
+				markVerified(ctx)
+			}
+			return pr, err
+		}, nil
 	}
-	return func(body []byte) (auth.Principal, error) { return v.Verify(ctx, r, body) }, nil
+	return func(body []byte) (auth.Principal, error) { return Marking(v).Verify(ctx, r, body) }, nil
+}
+
+type verifiedKey struct{}
+
+// OnVerified returns ctx carrying fn, which is called when the signature of
+// the request under ctx has been verified: the server then stops counting
+// it among the requests not yet authenticated (internal/server/limits.go).
+func OnVerified(ctx context.Context, fn func()) context.Context {
+	return context.WithValue(ctx, verifiedKey{}, fn)
+}
+
+func markVerified(ctx context.Context) {
+	if fn, ok := ctx.Value(verifiedKey{}).(func()); ok {
+		fn()
+	}
+}
+
+// Marking returns v calling the OnVerified hook of the request's context
+// when it verifies one, for endpoints that call Verify themselves (the
+// agents' session endpoint).
+func Marking(v Verifier) Verifier { return marking{v} }
+
+type marking struct{ v Verifier }
+
+func (m marking) Verify(ctx context.Context, r *http.Request, body []byte) (auth.Principal, error) {
+	p, err := m.v.Verify(ctx, r, body)
+	if err == nil {
+		markVerified(ctx)
+	}
+	return p, err
 }
 
 // tooLarge is ECS's answer to a body over its cap: for task definitions

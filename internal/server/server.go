@@ -108,6 +108,10 @@ type Config struct {
 	TLSCert, TLSKey string
 	TLSSelfSigned   bool
 	TLSSANs         []string
+	// MaxConnections caps the API listener's open connections and
+	// MaxUnauthenticated its requests not yet verified (limits.go); 0
+	// takes DefaultMaxConnections and DefaultMaxUnauthenticated.
+	MaxConnections, MaxUnauthenticated int
 }
 
 // MinSecretLength is the shortest administrator secret taken: the secret is
@@ -191,6 +195,22 @@ func (c *Config) Validate() error {
 	if c.SimProvisionDelay < 0 {
 		return fmt.Errorf("--sim-provision-delay must not be negative, got %s", c.SimProvisionDelay)
 	}
+	if c.Provisioner == "sim" && c.tlsEnabled() {
+		// Its hollow agents are given no CA bundle and would never connect.
+		return errors.New("--provisioner sim cannot be combined with --tls-cert/--tls-key or --tls-self-signed: its in-process agents speak plain HTTP only; leave the TLS flags out for scale tests")
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxConnections < 1 {
+		return fmt.Errorf("--max-connections must be at least 1, got %d", c.MaxConnections)
+	}
+	if c.MaxUnauthenticated == 0 {
+		c.MaxUnauthenticated = DefaultMaxUnauthenticated
+	}
+	if c.MaxUnauthenticated < 1 {
+		return fmt.Errorf("--max-unauthenticated-requests must be at least 1, got %d", c.MaxUnauthenticated)
+	}
 	if err := c.validateState(); err != nil {
 		return err
 	}
@@ -247,6 +267,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	addr := ln.Addr().String()
+	lim := newLimits(cfg.MaxConnections, cfg.MaxUnauthenticated, cfg.Log)
+	ln = lim.listener(ln) // under TLS: a refused connection costs no handshake
 	var tlsInfo *TLSInfo
 	if cfg.tlsEnabled() {
 		tc, info, err := serverTLS(&cfg, addr)
@@ -311,7 +333,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		prov = sp
 	}
-	gw := gateway.New(svc, st, verifier, serverID, cfg.Log)
+	gw := gateway.New(svc, st, api.Marking(verifier), serverID, cfg.Log)
 	trail := audit.New(audit.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Retention: cfg.AuditRetention,
 		Limit: cfg.AuditLimit, Log: cfg.Log})
 	h.Audit = trail.Record
@@ -325,6 +347,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	reg.MustRegister(trail.Collectors()...)
 	counts := newReconciles()
 	reg.MustRegister(counts)
+	reg.MustRegister(lim)
 
 	mux := http.NewServeMux()
 	iamV, stsV := iamapi.NewVerifiers(lookup)
@@ -368,7 +391,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		served:         make(chan error, 1),
 		log:            cfg.Log,
 		http: &http.Server{
-			Handler:           mux,
+			Handler:           lim.handler(mux),
+			ConnContext:       lim.connContext,
+			ConnState:         lim.connState,
+			MaxHeaderBytes:    maxHeaderBytes,
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       60 * time.Second,
 			IdleTimeout:       120 * time.Second,
