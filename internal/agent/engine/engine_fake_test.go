@@ -150,7 +150,7 @@ func TestFakeRefusals(t *testing.T) {
 		t.Errorf("privileged: %q", st.StoppedReason)
 	}
 	h.waitStatus(t2.Arn, StatusRunning, wait)
-	if st := h.waitStatus(t3.Arn, StatusStopped, wait); !strings.Contains(st.StoppedReason, `networkMode "awsvpc" is not supported`) {
+	if st := h.waitStatus(t3.Arn, StatusStopped, wait); !strings.Contains(st.StoppedReason, "networkMode awsvpc needs the instance's task network") {
 		t.Errorf("awsvpc: %q", st.StoppedReason)
 	}
 	if st := h.waitStatus(t4.Arn, StatusStopped, wait); !strings.Contains(st.StoppedReason, "no volume directory") {

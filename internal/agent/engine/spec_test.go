@@ -142,7 +142,7 @@ func TestNetworkModes(t *testing.T) {
 		{"none", "", "none", false},
 		{"daemon", "", "host", false},
 		{"daemon", "container:ns", "container:ns", false},
-		{"awsvpc", "", "", true},
+		{"awsvpc", "", "awsvpc", false}, // in its namespace when there is a TaskNetwork
 		{"nat", "", "", true},
 	}
 	for _, tt := range tests {
