@@ -30,6 +30,28 @@ var authTableMore = map[string]authSpec{
 			_, _, err := b.cluster("cluster", r.Cluster)
 			return err
 		}),
+
+	// Account settings: the reference lists no resource type.
+	"PutAccountSetting": authOp("ecs:PutAccountSetting", resAll, nil, nil,
+		func(*authBuild, *shapes.PutAccountSettingRequest) error { return nil }),
+	"PutAccountSettingDefault": authOp("ecs:PutAccountSettingDefault", resAll, nil, nil,
+		func(*authBuild, *shapes.PutAccountSettingDefaultRequest) error { return nil }),
+	"DeleteAccountSetting": authOp("ecs:DeleteAccountSetting", resAll, nil, nil,
+		func(*authBuild, *shapes.DeleteAccountSettingRequest) error { return nil }),
+	"ListAccountSettings": authOp("ecs:ListAccountSettings", resAll, nil, nil,
+		func(*authBuild, *shapes.ListAccountSettingsRequest) error { return nil }),
+
+	// Cluster updates.
+	"UpdateCluster": authOp("ecs:UpdateCluster", resCluster, keys(docResourceTag), keys(condCluster),
+		func(b *authBuild, r *shapes.UpdateClusterRequest) error {
+			_, _, err := b.cluster("cluster", r.Cluster)
+			return err
+		}),
+	"UpdateClusterSettings": authOp("ecs:UpdateClusterSettings", resCluster, keys(docResourceTag), keys(condCluster),
+		func(b *authBuild, r *shapes.UpdateClusterSettingsRequest) error {
+			_, _, err := b.cluster("cluster", r.Cluster)
+			return err
+		}),
 }
 
 // attributeTargets adds each attribute's target instance.

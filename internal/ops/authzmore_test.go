@@ -5,4 +5,10 @@ func init() {
 	authSamples["PutAttributes"] = `{"cluster":"prod","attributes":[{"name":"k","value":"v","targetId":"` + taskA + `"}]}`
 	authSamples["DeleteAttributes"] = `{"cluster":"prod","attributes":[{"name":"k","targetId":"` + taskA + `"}]}`
 	authSamples["ListAttributes"] = `{"cluster":"prod","targetType":"container-instance"}`
+	authSamples["PutAccountSetting"] = `{"name":"containerInsights","value":"enabled"}`
+	authSamples["PutAccountSettingDefault"] = `{"name":"containerInsights","value":"enabled"}`
+	authSamples["DeleteAccountSetting"] = `{"name":"containerInsights"}`
+	authSamples["ListAccountSettings"] = `{}`
+	authSamples["UpdateCluster"] = `{"cluster":"prod","settings":[{"name":"containerInsights","value":"enabled"}]}`
+	authSamples["UpdateClusterSettings"] = `{"cluster":"prod","settings":[{"name":"containerInsights","value":"enabled"}]}`
 }

@@ -12,6 +12,8 @@ func (s *Service) Register(h *api.Handler) {
 	s.registerTags(h)
 	s.registerInstances(h)
 	s.registerAttributes(h)
+	s.registerAccountSettings(h)
+	s.registerClusterUpdates(h)
 	s.registerTasks(h)
 	s.registerServices(h)
 	s.registerExtensions(h)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -302,6 +303,13 @@ type Service struct {
 	// CreateService or UpdateService that chose its task definition.
 	HostAccess bool `json:"capstanHostAccess,omitempty"`
 }
+
+// Account settings (PutAccountSetting) are keyed by the principal they
+// apply to, path-escaped; the root's hold the account's defaults.
+func AccountSettingPrefix(principal string) string {
+	return "accountsettings/" + url.PathEscape(principal) + "/"
+}
+func AccountSettingKey(principal, name string) string { return AccountSettingPrefix(principal) + name }
 
 // ServiceEvents are a service's most recent events, newest first.
 type ServiceEvents struct {
