@@ -14,6 +14,7 @@ func runDev(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.DataDir, "data-dir", dev.DefaultDataDir(), "directory for the state kept between runs")
 	fs.StringVar(&cfg.Listen, "listen", dev.DefaultListen, "HOST:PORT of the ECS API")
 	fs.BoolVar(&cfg.Fresh, "fresh", false, "wipe the data directory first")
+	fs.StringVar(&cfg.Cluster, "cluster", dev.DefaultCluster, "name of the cluster dev creates and runs the sample in")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -99,6 +99,12 @@ func runServer(ctx context.Context, args []string) error {
 		procs = perCore * cpus.Cores()
 	}
 	procs = cpus.SetProcs(procs)
+	// A second server on the data dir would fight the first over its files.
+	lock, err := server.LockDataDir(cfg.DataDir, "capstan server")
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	s, err := server.Start(ctx, cfg)
 	if err != nil {
 		return err

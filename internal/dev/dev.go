@@ -130,6 +130,7 @@ type env struct {
 	agent  string // the binary instances run
 	srv    *server.Server
 	ecs    *ecs.Client
+	lock   *server.DataDirLock // of the data directory, held until close ends
 }
 
 // names are the sample's resources.
@@ -255,6 +256,7 @@ func (d *env) close() error {
 	if d.rt != nil {
 		d.rt.Close()
 	}
+	errs = append(errs, d.lock.Release())
 	return errors.Join(errs...)
 }
 
@@ -284,35 +286,60 @@ const markerFile = "capstan-dev"
 
 func (d *env) prepareDataDir(ctx context.Context) error {
 	dir := d.cfg.DataDir
-	if d.cfg.Fresh {
-		entries, err := os.ReadDir(dir)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-		case err != nil:
+	// Nothing is touched before the lock is ours: a second capstan dev on
+	// the same directory would otherwise end the first one's instances.
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if !ownDataDir(dir, entries) {
+		if d.cfg.Fresh {
+			return fmt.Errorf("--fresh: refusing to wipe %s: capstan dev did not create it (no %s file)", dir, markerFile)
+		}
+		return fmt.Errorf("data dir %s holds files capstan dev did not create; choose another with --data-dir", dir)
+	}
+	if d.lock == nil {
+		if d.lock, err = server.LockDataDir(dir, "capstan dev"); err != nil {
+			return err
+		}
+	}
+	if d.cfg.Fresh && len(entries) > 0 {
+		// Instances of a run that was killed may still be running; their
+		// state is about to go, so they go first.
+		if _, err := terminateInstances(ctx, dir, "", d.rt, slog.New(slog.DiscardHandler)); err != nil {
 			return fmt.Errorf("--fresh: %w", err)
-		case len(entries) > 0:
-			if _, err := os.Stat(filepath.Join(dir, markerFile)); err != nil {
-				return fmt.Errorf("--fresh: refusing to wipe %s: capstan dev did not create it (no %s file)", dir, markerFile)
+		}
+		// The lock file stays, and with it the lock.
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("--fresh: %w", err)
+		}
+		for _, e := range entries {
+			if e.Name() == server.LockFile {
+				continue
 			}
-			// Instances of a run that was killed may still be running; their
-			// state is about to go, so they go first.
-			if _, err := terminateInstances(ctx, dir, "", d.rt, slog.New(slog.DiscardHandler)); err != nil {
-				return fmt.Errorf("--fresh: %w", err)
-			}
-			if err := os.RemoveAll(dir); err != nil {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 				return fmt.Errorf("--fresh: %w", err)
 			}
 		}
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
 	}
 	marker := filepath.Join(dir, markerFile)
 	if _, err := os.Stat(marker); errors.Is(err, os.ErrNotExist) {
-		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
-			return fmt.Errorf("data dir %s holds files capstan dev did not create; choose another with --data-dir", dir)
-		}
 		return os.WriteFile(marker, []byte("This directory holds the state of `capstan dev`; `capstan dev --fresh` wipes it.\n"), 0o600)
 	}
 	return nil
+}
+
+// ownDataDir reports whether dir is one capstan dev may use: missing,
+// empty but for a lock file, or marked as made by capstan dev.
+func ownDataDir(dir string, entries []os.DirEntry) bool {
+	if _, err := os.Stat(filepath.Join(dir, markerFile)); err == nil {
+		return true
+	}
+	for _, e := range entries {
+		if e.Name() != server.LockFile {
+			return false
+		}
+	}
+	return true
 }
