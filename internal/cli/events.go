@@ -104,7 +104,7 @@ func eventsRun(fs *flag.FlagSet) action {
 		if in.Cluster == "" {
 			in.Cluster = "default"
 		}
-		p := eventPrinter{s: s}
+		p := newEventPrinter(s)
 		p.header()
 		return readPages(ctx, s, follow, in.MaxResults, func(wait int) (out listEventsOutput, err error) {
 			in.WaitSeconds = wait
@@ -158,18 +158,57 @@ func readPages[P any](ctx context.Context, s *session, follow bool, max int, fet
 
 // eventPrinter writes events as table rows or JSON lines. Rows have fixed
 // widths rather than a tabwriter's, so that followed rows line up.
-type eventPrinter struct{ s *session }
+//
+// Every write of a task records an event, so a task whose health or
+// desired status was written again has events that read the same as the
+// one before; a row that repeats its resource's previous row is left out.
+// An event seen twice (a page read again after a retry) prints once.
+type eventPrinter struct {
+	s    *session
+	seen map[string]bool   // event IDs printed
+	last map[string]string // resource → its last row's type and summary
+}
+
+func newEventPrinter(s *session) *eventPrinter {
+	return &eventPrinter{s: s, seen: map[string]bool{}, last: map[string]string{}}
+}
+
+// fresh reports whether e says something not yet printed, and notes it.
+func (p *eventPrinter) fresh(e events.Event) bool {
+	if len(p.seen) > 100_000 {
+		clear(p.seen) // a long --follow; by now old IDs will not come back
+	}
+	if e.ID != "" {
+		if p.seen[e.ID] {
+			return false
+		}
+		p.seen[e.ID] = true
+	}
+	// Only state changes repeat themselves; two failures are two events.
+	if p.s.json() || e.DetailType != events.TaskStateChange && e.DetailType != events.ContainerInstanceStateChange {
+		return true
+	}
+	subject, said := e.Subject(), e.DetailType+"\x00"+e.Summary()
+	if p.last[subject] == said {
+		return false
+	}
+	p.last[subject] = said
+	return true
+}
 
 const eventRow = "%-25s  %-35s  %-56s  %s\n"
 
-func (p eventPrinter) header() {
+func (p *eventPrinter) header() {
 	if !p.s.json() {
 		fmt.Fprintf(p.s.stdout, eventRow, "TIME", "TYPE", "RESOURCE", "SUMMARY")
 	}
 }
 
-func (p eventPrinter) print(evs []events.Event) {
+func (p *eventPrinter) print(evs []events.Event) {
 	for _, e := range evs {
+		if !p.fresh(e) {
+			continue
+		}
 		if p.s.json() {
 			b, _ := json.Marshal(e)
 			fmt.Fprintln(p.s.stdout, string(b))

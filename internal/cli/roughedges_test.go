@@ -7,9 +7,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 )
 
 // TestNotCapstanEndpoint: an endpoint that is not an ECS API (a web server,
@@ -83,5 +88,42 @@ func TestInterruptedWait(t *testing.T) {
 	r = interrupt("daemon", "rollout", "status", "slow", "--cluster", "c")
 	if r.code != exitInterrupted || r.stderr != want {
 		t.Fatalf("interrupted rollout status: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// TestEventsOncePerChange: writes of an instance that change nothing a
+// row shows (its attributes, here) record events that read the same; the
+// table prints a resource's row once per change, JSON keeps every event.
+func TestEventsOncePerChange(t *testing.T) {
+	h := newHarness(t)
+	h.ok("cluster", "create", "ev")
+	inst := h.registerInstance("ev")
+	for i := range 3 {
+		_, err := h.srv.ECS().PutAttributes(context.Background(), &ecs.PutAttributesInput{Cluster: aws.String("ev"),
+			Attributes: []types.Attribute{{Name: aws.String("rack"), Value: aws.String(strconv.Itoa(i)), TargetId: aws.String(inst), TargetType: types.TargetTypeContainerInstance}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.setInstanceState("ev", inst, types.ContainerInstanceStatusDraining)
+	h.setInstanceState("ev", inst, types.ContainerInstanceStatusActive)
+
+	all := jsonLines(t, h.ok("events", "--cluster", "ev", "-o", "json"))
+	active := 0
+	for _, e := range all {
+		if get(t, e, "detail", "status") == "ACTIVE" {
+			active++
+		}
+	}
+	if active < 3 {
+		t.Fatalf("want repeated ACTIVE events to dedupe, got %d events:\n%v", len(all), all)
+	}
+	var rows []string
+	for _, line := range strings.Split(strings.TrimSpace(h.ok("events", "--cluster", "ev")), "\n")[1:] {
+		f := strings.Fields(line)
+		rows = append(rows, f[len(f)-3])
+	}
+	if strings.Join(rows, " ") != "ACTIVE, DRAINING, ACTIVE," {
+		t.Fatalf("table rows %v, want one per change", rows)
 	}
 }

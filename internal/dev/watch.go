@@ -210,7 +210,7 @@ func (w *watcher) stoppedTasks(ctx context.Context) error {
 		w.stopped[id] = true
 		k := why{aws.ToString(t.Group), aws.ToString(t.StoppedReason)}
 		for _, c := range t.Containers {
-			if r := aws.ToString(c.Reason); r != "" {
+			if r := aws.ToString(c.Reason); r != "" && !strings.Contains(k.reason, r) {
 				k.reason += "; " + aws.ToString(c.Name) + ": " + r
 			}
 		}

@@ -239,7 +239,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 func stopReason(t store.Task) string {
 	reason := t.StoppedReason
 	for _, c := range t.Containers {
-		if c.Reason != "" {
+		// A container that failed the task gave the task its reason too.
+		if c.Reason != "" && !strings.Contains(reason, c.Reason) {
 			reason += " (" + c.Name + ": " + c.Reason + ")"
 		}
 	}
