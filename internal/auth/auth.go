@@ -42,7 +42,7 @@ type Principal struct {
 	InstanceID  string // set for agent credentials, may be empty
 	UserName    string // set for users
 	ARN         string // the identity's ARN (arn:aws:iam::ACCOUNT:root or :user/NAME), when known
-	Region      string // from the signature's credential scope; any region is accepted
+	Region      string // from the signature's credential scope (Verifier.Region restricts it)
 }
 
 // Lookup finds the credential for an access key ID. ok is false when the key

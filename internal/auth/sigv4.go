@@ -27,11 +27,18 @@ const (
 // and presigned (query-string) requests are refused, since a URL would be a
 // bearer token for whatever it names. The zero values of Now, Service and
 // MaxSkew mean time.Now, "ecs" and 15 minutes.
+//
+// Region, when set, is the only region a request may be signed for, as an
+// AWS regional endpoint answers: a server has one region's resources and
+// ARNs, and serving another region's requests from them would mix the two.
+// Agent credentials are exempt: the server mints them for its own fleet,
+// whose agents sign with whatever region they were configured with.
 type Verifier struct {
 	Lookup  Lookup
 	Now     func() time.Time
 	Service string
 	MaxSkew time.Duration
+	Region  string
 }
 
 // claim is what a request says about how it was signed; Verify checks it.
@@ -89,6 +96,9 @@ func (v *Verifier) Begin(ctx context.Context, r *http.Request) (*Pending, error)
 	}
 	if !ok {
 		return nil, errUnrecognized()
+	}
+	if v.Region != "" && c.region != v.Region && cred.Role != RoleAgent {
+		return nil, errInvalid("Credential should be scoped to a valid region, not '%s'.", clipRegion(c.region))
 	}
 	return &Pending{r: r, c: c, cred: cred}, nil
 }
@@ -414,4 +424,12 @@ func hmacSHA256(key []byte, data string) []byte {
 	h := hmac.New(sha256.New, key)
 	h.Write([]byte(data))
 	return h.Sum(nil)
+}
+
+// clipRegion keeps a claimed region short enough to quote in an error.
+func clipRegion(r string) string {
+	if len(r) > 32 {
+		return r[:32] + "..."
+	}
+	return r
 }

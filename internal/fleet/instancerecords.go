@@ -223,7 +223,7 @@ func (s *State) Deregister(ctx context.Context, req *shapes.DeregisterContainerI
 			}
 		}
 		if live > 0 && (req.Force == nil || !*req.Force) {
-			return fault.ClientError("container instance %s still has %d task(s) not stopped; stop them, drain the instance, or use force", id, live)
+			return fault.Invalid("", "Found running tasks on the instance.")
 		}
 		tx := s.Store.Txn()
 		var stopped []store.Task

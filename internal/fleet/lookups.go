@@ -17,7 +17,7 @@ type Guard struct {
 }
 
 func clusterNotFound(name string) error {
-	return fault.Missing("ClusterNotFoundException", "cluster %q not found", name)
+	return fault.Missing("ClusterNotFoundException", "Cluster not found.")
 }
 
 // activeCluster reads a cluster that must exist and be ACTIVE.

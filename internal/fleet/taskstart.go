@@ -258,6 +258,13 @@ func (s *State) StartTasks(ctx context.Context, r TaskRequest) ([]shapes.Task, [
 			cands = slices.DeleteFunc(cands, func(c *candidate) bool { return c.cp != r.CapacityProvider })
 		} else if len(cands) == 0 {
 			if short, err := s.shortOfRoom(ctx, cluster, group, room); err != nil || len(short) == 0 {
+				if err == nil && r.owner == nil {
+					// To RunTask, ACTIVE instances whose agents are away are
+					// failures of the call, as ECS reports them, not an error.
+					if failures, err = s.agentFailures(ctx, cluster); err == nil && len(failures) > 0 {
+						return nil
+					}
+				}
 				return cmp.Or(err, error(errNoInstances))
 			}
 		}

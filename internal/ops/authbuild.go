@@ -490,8 +490,18 @@ func (b *authBuild) taggable(arn string) error {
 			tags = svc.Tags
 			clusterOf(c)
 		}
-	case "task", "container-instance":
-		if c, _, ok := strings.Cut(path, "/"); ok {
+	case "task":
+		if c, id, ok := strings.Cut(path, "/"); ok {
+			var t store.Task
+			t, _, err = readAuth[store.Task](b.ctx, b.s, store.TaskKey(c, id))
+			tags = t.Tags
+			clusterOf(c)
+		}
+	case "container-instance":
+		if c, id, ok := strings.Cut(path, "/"); ok {
+			var ci store.ContainerInstance
+			ci, _, err = readAuth[store.ContainerInstance](b.ctx, b.s, store.ContainerInstanceKey(c, id))
+			tags = ci.Tags
 			clusterOf(c)
 		}
 	}

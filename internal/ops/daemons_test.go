@@ -210,7 +210,7 @@ func TestCreateDaemonIdempotencyAndValidation(t *testing.T) {
 		}, "InvalidParameterException", "clientToken"},
 		{"duplicate name", func(in *ecs.CreateDaemonInput) { in.DaemonName = aws.String("logs") }, "InvalidParameterException", "already exists"},
 		{"bad name", func(in *ecs.CreateDaemonInput) { in.DaemonName = aws.String("no spaces") }, "InvalidParameterException", "daemonName"},
-		{"unknown cluster", func(in *ecs.CreateDaemonInput) { in.ClusterArn = aws.String("nope") }, "ClusterNotFoundException", "nope"},
+		{"unknown cluster", func(in *ecs.CreateDaemonInput) { in.ClusterArn = aws.String("nope") }, "ClusterNotFoundException", "Cluster not found."},
 		{"foreign capacity provider", func(in *ecs.CreateDaemonInput) { in.CapacityProviderArns = []string{foreign} }, "InvalidParameterException", "capacityProviderArns[0]"},
 		{"unknown capacity provider", func(in *ecs.CreateDaemonInput) { in.CapacityProviderArns = []string{"ghost"} }, "InvalidParameterException", "ghost"},
 		{"duplicate capacity provider", func(in *ecs.CreateDaemonInput) { in.CapacityProviderArns = []string{f.cp, f.cp} }, "InvalidParameterException", "twice"},

@@ -46,8 +46,12 @@ func checkAttributes(field string, attrs []shapes.Attribute) error {
 // the caller names (or the one its agent credential is bound to), keeping
 // its ID and tasks.
 func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.RegisterContainerInstanceRequest) (*shapes.RegisterContainerInstanceResponse, error) {
+	// The model makes totalResources optional. A re-registration without
+	// it keeps what the instance registered before; a new instance must
+	// say, since the server cannot see the host.
+	derive := len(req.TotalResources) == 0
 	total, err := fleet.ParseResources("totalResources", req.TotalResources)
-	if err != nil {
+	if err != nil && !derive {
 		return nil, err
 	}
 	if err := checkAttributes("attributes", req.Attributes); err != nil {
@@ -111,6 +115,11 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 				return fault.ClientError("container instance %s was deregistered; register as a new instance (start the agent with a fresh data directory)", id)
 			}
 			ci = cur.Value
+			if derive {
+				if total, err = fleet.ParseResources("totalResources", ci.RegisteredResources); err != nil {
+					return err
+				}
+			}
 			// Re-registration keeps placements: what tasks hold stays held.
 			rem, err := s.Remaining(ctx, ci, total)
 			if err != nil {
@@ -119,6 +128,9 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 			ci.RemainingResources = rem.Shapes()
 			write = func() { tx.Update(cur.Key, cur.Rev, ci) }
 		} else {
+			if derive {
+				return fault.Invalid("totalResources", "a new container instance must give its CPU and MEMORY (the server cannot see the host); the ECS agent and Capstan's agent send them")
+			}
 			id = fleet.NewInstanceID()
 			ci = store.ContainerInstance{ID: id, Cluster: cluster}
 			ci.ContainerInstanceArn = s.ARNs.ContainerInstance(cluster, id)
@@ -166,6 +178,7 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 	if err != nil {
 		return nil, err
 	}
+	fillContainerInstance(view)
 	return &shapes.RegisterContainerInstanceResponse{ContainerInstance: view}, nil
 }
 
@@ -185,7 +198,10 @@ func (s *Service) DescribeContainerInstances(ctx context.Context, req *shapes.De
 	if err != nil {
 		return nil, err
 	}
-	if len(req.ContainerInstances) == 0 || len(req.ContainerInstances) > 100 {
+	if len(req.ContainerInstances) == 0 {
+		return nil, fault.ClientError("Container Instances cannot be empty.")
+	}
+	if len(req.ContainerInstances) > 100 {
 		return nil, fault.Invalid("containerInstances", "must name 1 to 100 container instances")
 	}
 	out := &shapes.DescribeContainerInstancesResponse{ContainerInstances: []shapes.ContainerInstance{}, Failures: []shapes.Failure{}}
@@ -218,6 +234,7 @@ func (s *Service) DescribeContainerInstances(ctx context.Context, req *shapes.De
 		if err != nil {
 			return nil, err
 		}
+		fillContainerInstance(v)
 		out.ContainerInstances = append(out.ContainerInstances, *v)
 	}
 	return out, nil
@@ -298,6 +315,7 @@ func (s *Service) UpdateContainerInstancesState(ctx context.Context, req *shapes
 		if err != nil {
 			return nil, err
 		}
+		fillContainerInstance(v)
 		out.ContainerInstances = append(out.ContainerInstances, *v)
 	}
 	return out, nil

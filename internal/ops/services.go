@@ -34,7 +34,7 @@ const (
 )
 
 func serviceNotFound(name string) error {
-	return fault.Missing("ServiceNotFoundException", "service %q not found", name)
+	return fault.Missing("ServiceNotFoundException", "Service not found.")
 }
 
 func serviceNotActive(name, status string) error {
@@ -504,7 +504,7 @@ func (s *Service) DeleteService(ctx context.Context, req *shapes.DeleteServiceRe
 		}
 		force := req.Force != nil && *req.Force
 		if *svc.DesiredCount > 0 && !force {
-			return fault.Invalid("service", "service %q still wants %d tasks; scale it to 0 with UpdateService first, or delete it with force", name, *svc.DesiredCount)
+			return fault.Invalid("", "The service cannot be stopped while it is scaled above 0.")
 		}
 		svc.Status = "DRAINING"
 		svc.DesiredCount = ptr(int32(0))
@@ -537,7 +537,12 @@ func (s *Service) DescribeServices(ctx context.Context, req *shapes.DescribeServ
 	type ref struct{ cluster, name string }
 	refs := make([]ref, len(req.Services))
 	clusterRef := req.Cluster
+	var foreign []shapes.Failure
 	for i, r := range req.Services {
+		if s.foreignARN(r, "service") {
+			foreign = append(foreign, shapes.Failure{Arn: r, Reason: "MISSING"})
+			continue
+		}
 		c, n, err := s.ARNs.ServiceRef(fieldIndex("services", i), r)
 		if err != nil {
 			return nil, err
@@ -552,17 +557,22 @@ func (s *Service) DescribeServices(ctx context.Context, req *shapes.DescribeServ
 		return nil, err
 	}
 	cluster := cl.Value.ClusterName
-	groups := make([]string, len(refs))
-	for i, r := range refs {
-		groups[i] = "service:" + r.name
+	groups := make([]string, 0, len(refs))
+	for _, r := range refs {
+		if r.name != "" {
+			groups = append(groups, "service:"+r.name)
+		}
 	}
 	byGroup, err := s.tasksByGroup(ctx, cluster, groups...)
 	if err != nil {
 		return nil, fleet.StoreErr(err)
 	}
 	tags := slices.Contains(req.Include, "TAGS")
-	out := &shapes.DescribeServicesResponse{Services: []shapes.Service{}, Failures: []shapes.Failure{}}
+	out := &shapes.DescribeServicesResponse{Services: []shapes.Service{}, Failures: orEmpty(foreign)}
 	for i, r := range refs {
+		if r.name == "" { // a foreign ARN, already a failure
+			continue
+		}
 		it, err := store.Get[store.Service](ctx, s.Store, store.ServiceKey(cluster, r.name))
 		if errors.Is(err, store.ErrNotFound) || err == nil && r.cluster != "" && r.cluster != cluster {
 			arn := req.Services[i]
@@ -704,7 +714,7 @@ func (s *Service) serviceView(svc store.Service, tasks []servicedeploy.Task, eve
 		}
 		v.Deployments[i] = d
 	}
-	v.Events = events
+	v.Events = orEmpty(events)
 	if !tags {
 		v.Tags = nil
 	} else if v.Tags == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/api/shapes"
@@ -58,8 +59,8 @@ func (o *taggedObject[T]) setTags(ctx context.Context, tags []shapes.Tag) error 
 
 // resolveTagged maps a resource ARN to its stored object.
 func (s *Service) resolveTagged(arn string) (tagged, error) {
-	bad := fault.Invalid("resourceArn", "%q is not the ARN of a cluster, capacity provider, task definition, daemon task definition or daemon of this account and region", fleet.Clip(arn))
-	typ, _, ok := s.ARNs.Resource(arn)
+	bad := fault.Invalid("resourceArn", "%q is not the ARN of a cluster, capacity provider, task definition, daemon task definition, daemon, service, task or container instance of this account and region", fleet.Clip(arn))
+	typ, path, ok := s.ARNs.Resource(arn)
 	if !ok || !s.ARNs.InAccount(arn) {
 		return nil, bad
 	}
@@ -104,6 +105,40 @@ func (s *Service) resolveTagged(arn string) (tagged, error) {
 		return &taggedObject[store.Daemon]{s: s, key: store.DaemonKey(cluster, name),
 			active: func(*store.Daemon) bool { return true },
 			get:    func(d *store.Daemon) *[]shapes.Tag { return &d.Tags }}, nil
+	case "service":
+		cluster, name, err := s.ARNs.ServiceRef("resourceArn", arn)
+		if err != nil {
+			return nil, err
+		}
+		if cluster == "" { // the older ARN form, without the cluster
+			cluster = "default"
+		}
+		return &taggedObject[store.Service]{s: s, key: store.ServiceKey(cluster, name),
+			active: func(v *store.Service) bool { return v.Status != "INACTIVE" },
+			get:    func(v *store.Service) *[]shapes.Tag { return &v.Tags }}, nil
+	case "task":
+		cluster, id, ok := strings.Cut(path, "/")
+		if !ok {
+			return nil, bad
+		}
+		if _, err := s.TaskID("resourceArn", cluster, arn); err != nil {
+			return nil, err
+		}
+		return &taggedObject[store.Task]{s: s, key: store.TaskKey(cluster, id),
+			active: func(*store.Task) bool { return true },
+			get:    func(t *store.Task) *[]shapes.Tag { return &t.Tags }}, nil
+	case "container-instance":
+		cluster, _, ok := strings.Cut(path, "/")
+		if !ok {
+			return nil, bad
+		}
+		id, err := s.InstanceID("resourceArn", cluster, arn)
+		if err != nil {
+			return nil, err
+		}
+		return &taggedObject[store.ContainerInstance]{s: s, key: store.ContainerInstanceKey(cluster, id),
+			active: func(ci *store.ContainerInstance) bool { return ci.Status != "INACTIVE" },
+			get:    func(ci *store.ContainerInstance) *[]shapes.Tag { return &ci.Tags }}, nil
 	}
 	return nil, bad
 }

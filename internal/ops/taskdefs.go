@@ -121,7 +121,7 @@ func (s *Service) RegisterTaskDefinition(ctx context.Context, req *shapes.Regist
 				Status:                  "ACTIVE",
 				RegisteredAt:            now,
 				RegisteredBy:            by,
-				Compatibilities:         []string{"EC2", "MANAGED_INSTANCES"},
+				Compatibilities:         taskdef.Compatibilities(compatibilities(req.RequiresCompatibilities), &shapes.TaskDefinition{NetworkMode: req.NetworkMode, Cpu: req.Cpu, Memory: req.Memory}),
 				ContainerDefinitions:    req.ContainerDefinitions,
 				Cpu:                     req.Cpu,
 				Memory:                  req.Memory,
@@ -143,31 +143,35 @@ func (s *Service) RegisterTaskDefinition(ctx context.Context, req *shapes.Regist
 	if err != nil {
 		return nil, err
 	}
-	return &shapes.RegisterTaskDefinitionResponse{TaskDefinition: &td.TaskDefinition, Tags: td.Tags}, nil
+	return &shapes.RegisterTaskDefinitionResponse{TaskDefinition: taskDefinitionView(td.TaskDefinition), Tags: td.Tags}, nil
 }
 
 // taskDefinitionRevision is taskDefinition for operations that act on one
-// revision and so refuse a bare family.
+// revision and so refuse a bare family, with ECS's messages for both.
 func (s *Service) taskDefinitionRevision(ctx context.Context, field, ref string) (store.Item[store.TaskDefinition], error) {
 	if _, rev, err := s.ARNs.FamilyRevision(field, "task-definition", ref); err != nil {
 		return store.Item[store.TaskDefinition]{}, err
 	} else if rev == 0 {
-		return store.Item[store.TaskDefinition]{}, fault.Invalid(field, "must name a revision, as family:revision or an ARN (got %q)", fleet.Clip(ref))
+		return store.Item[store.TaskDefinition]{}, fault.ClientError("Revision is missing.")
 	}
-	return s.TaskDefinition(ctx, field, ref)
+	it, err := s.TaskDefinition(ctx, field, ref)
+	if fault.KindOf(err) == fault.Client {
+		return it, fault.ClientError("The specified task definition does not exist.")
+	}
+	return it, err
 }
 
 func (s *Service) DescribeTaskDefinition(ctx context.Context, req *shapes.DescribeTaskDefinitionRequest) (*shapes.DescribeTaskDefinitionResponse, error) {
 	it, err := s.TaskDefinition(ctx, "taskDefinition", req.TaskDefinition)
-	if fe := fault.As(err); fe != nil && fe.Kind == fault.Client {
-		return nil, fault.ClientError("Unable to describe task definition. %s", fe.Message)
+	if fault.KindOf(err) == fault.Client {
+		return nil, fault.ClientError("Unable to describe task definition.")
 	}
 	if err != nil {
 		return nil, err
 	}
-	out := &shapes.DescribeTaskDefinitionResponse{TaskDefinition: &it.Value.TaskDefinition}
+	out := &shapes.DescribeTaskDefinitionResponse{TaskDefinition: taskDefinitionView(it.Value.TaskDefinition)}
 	if slices.Contains(req.Include, "TAGS") {
-		out.Tags = it.Value.Tags
+		out.Tags = orEmpty(it.Value.Tags)
 	}
 	return out, nil
 }
@@ -265,7 +269,7 @@ func (s *Service) DeregisterTaskDefinition(ctx context.Context, req *shapes.Dere
 	if err != nil {
 		return nil, err
 	}
-	return &shapes.DeregisterTaskDefinitionResponse{TaskDefinition: &out.TaskDefinition}, nil
+	return &shapes.DeregisterTaskDefinitionResponse{TaskDefinition: taskDefinitionView(out.TaskDefinition)}, nil
 }
 
 func (s *Service) DeleteTaskDefinitions(ctx context.Context, req *shapes.DeleteTaskDefinitionsRequest) (*shapes.DeleteTaskDefinitionsResponse, error) {
@@ -293,7 +297,8 @@ func (s *Service) DeleteTaskDefinitions(ctx context.Context, req *shapes.DeleteT
 			deleted, failure = nil, nil
 			it, err := s.TaskDefinition(ctx, field, ref)
 			if fault.KindOf(err) == fault.Client {
-				failure = &shapes.Failure{Arn: ref, Reason: "MISSING", Detail: "The specified task definition does not exist."}
+				// The ARN as the caller gave it: there is no revision to name.
+				failure = &shapes.Failure{Arn: req.TaskDefinitions[i], Reason: "MISSING", Detail: "The specified task definition does not exist."}
 				return nil
 			}
 			if err != nil {
@@ -324,7 +329,7 @@ func (s *Service) DeleteTaskDefinitions(ctx context.Context, req *shapes.DeleteT
 			out.Failures = append(out.Failures, *failure)
 		}
 		if deleted != nil {
-			out.TaskDefinitions = append(out.TaskDefinitions, deleted.TaskDefinition)
+			out.TaskDefinitions = append(out.TaskDefinitions, *taskDefinitionView(deleted.TaskDefinition))
 		}
 	}
 	return out, nil

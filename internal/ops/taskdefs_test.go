@@ -45,6 +45,16 @@ func wantECSError(t *testing.T, err error, code string, words ...string) {
 	}
 }
 
+// wantECSExact fails unless err is an ECS error with exactly this code
+// and message: ECS's own, which scripts compare whole.
+func wantECSExact(t *testing.T, err error, code, msg string) {
+	t.Helper()
+	gotCode, gotMsg := ecsErrorOf(t, err)
+	if gotCode != code || gotMsg != msg {
+		t.Fatalf("got %s %q, want %s %q", gotCode, gotMsg, code, msg)
+	}
+}
+
 func tdWeb(family string) *ecs.RegisterTaskDefinitionInput {
 	return &ecs.RegisterTaskDefinitionInput{
 		Family: aws.String(family),
@@ -144,16 +154,17 @@ func TestTaskDefinitionLifecycle(t *testing.T) {
 	}
 	for _, ref := range []string{"nope", "web:9", tdBase + "nope:1"} {
 		_, err = c.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String(ref)})
-		wantECSError(t, err, "ClientException", "Unable to describe task definition")
+		wantECSExact(t, err, "ClientException", "Unable to describe task definition.")
 	}
 	_, err = c.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String("arn:aws:ecs:us-east-1:123456789012:cluster/web")})
 	wantECSError(t, err, "InvalidParameterException", "taskDefinition")
 
 	// Deregister: bare family refused; ACTIVE → INACTIVE; twice is harmless.
+	// The refusals are in ECS's words.
 	_, err = c.DeregisterTaskDefinition(ctx, &ecs.DeregisterTaskDefinitionInput{TaskDefinition: aws.String("web")})
-	wantECSError(t, err, "InvalidParameterException", "taskDefinition", "revision")
+	wantECSExact(t, err, "ClientException", "Revision is missing.")
 	_, err = c.DeregisterTaskDefinition(ctx, &ecs.DeregisterTaskDefinitionInput{TaskDefinition: aws.String("web:9")})
-	wantECSError(t, err, "ClientException", "web:9")
+	wantECSExact(t, err, "ClientException", "The specified task definition does not exist.")
 	dr, err := c.DeregisterTaskDefinition(ctx, &ecs.DeregisterTaskDefinitionInput{TaskDefinition: aws.String(tdBase + "web:2")})
 	if err != nil || dr.TaskDefinition.Status != types.TaskDefinitionStatusInactive || dr.TaskDefinition.DeregisteredAt == nil {
 		t.Fatalf("deregister: %+v %v", dr, err)
@@ -178,7 +189,7 @@ func TestTaskDefinitionLifecycle(t *testing.T) {
 		t.Fatalf("deleted: %+v", del.TaskDefinitions)
 	}
 	if len(del.Failures) != 2 || aws.ToString(del.Failures[0].Arn) != tdBase+"web:1" || !strings.Contains(aws.ToString(del.Failures[0].Reason), "ACTIVE") ||
-		aws.ToString(del.Failures[1].Reason) != "MISSING" {
+		aws.ToString(del.Failures[1].Reason) != "MISSING" || aws.ToString(del.Failures[1].Arn) != "web:9" {
 		t.Fatalf("failures: %+v", del.Failures)
 	}
 	_, err = c.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String("web:2")})

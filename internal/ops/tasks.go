@@ -56,7 +56,7 @@ func (s *Service) RunTask(ctx context.Context, req *shapes.RunTaskRequest) (*sha
 	if err != nil {
 		return nil, err
 	}
-	return &shapes.RunTaskResponse{Tasks: tasks, Failures: failures}, nil
+	return &shapes.RunTaskResponse{Tasks: launched(tasks), Failures: orEmpty(failures)}, nil
 }
 
 func (s *Service) StartTask(ctx context.Context, req *shapes.StartTaskRequest) (*shapes.StartTaskResponse, error) {
@@ -69,7 +69,7 @@ func (s *Service) StartTask(ctx context.Context, req *shapes.StartTaskRequest) (
 	if err != nil {
 		return nil, err
 	}
-	return &shapes.StartTaskResponse{Tasks: tasks, Failures: failures}, nil
+	return &shapes.StartTaskResponse{Tasks: launched(tasks), Failures: orEmpty(failures)}, nil
 }
 
 func (s *Service) StopTask(ctx context.Context, req *shapes.StopTaskRequest) (*shapes.StopTaskResponse, error) {
@@ -116,6 +116,7 @@ func (s *Service) StopTask(ctx context.Context, req *shapes.StopTaskRequest) (*s
 		return nil, err
 	}
 	v := s.TaskView(out, false)
+	fillTask(&v)
 	return &shapes.StopTaskResponse{Task: &v}, nil
 }
 
@@ -129,6 +130,10 @@ func (s *Service) DescribeTasks(ctx context.Context, req *shapes.DescribeTasksRe
 	}
 	out := &shapes.DescribeTasksResponse{Tasks: []shapes.Task{}, Failures: []shapes.Failure{}}
 	for i, ref := range req.Tasks {
+		if s.foreignARN(ref, "task") {
+			out.Failures = append(out.Failures, shapes.Failure{Arn: ref, Reason: "MISSING"})
+			continue
+		}
 		id, err := s.TaskID(fieldIndex("tasks", i), cl.Value.ClusterName, ref)
 		if err != nil {
 			return nil, err
@@ -141,7 +146,9 @@ func (s *Service) DescribeTasks(ctx context.Context, req *shapes.DescribeTasksRe
 		if err != nil {
 			return nil, fleet.StoreErr(err)
 		}
-		out.Tasks = append(out.Tasks, s.TaskView(it.Value, slices.Contains(req.Include, "TAGS")))
+		v := s.TaskView(it.Value, slices.Contains(req.Include, "TAGS"))
+		fillTask(&v)
+		out.Tasks = append(out.Tasks, v)
 	}
 	return out, nil
 }
@@ -224,4 +231,16 @@ func (s *Service) ListTasks(ctx context.Context, req *shapes.ListTasksRequest) (
 			return out, nil
 		}
 	}
+}
+
+// launched is the tasks RunTask and StartTask return, with their tags
+// (ECS returns them, [] when there are none) and ECS's empty lists.
+func launched(tasks []shapes.Task) []shapes.Task {
+	out := make([]shapes.Task, len(tasks))
+	for i, t := range tasks {
+		t.Tags = orEmpty(t.Tags)
+		fillTask(&t)
+		out[i] = t
+	}
+	return out
 }

@@ -294,7 +294,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	authorizer := iam.NewAuthorizer(identities)
 	lookup := auth.Chain(auth.NewStaticLookup(admin), svc.Credentials(), identities)
-	verifier := &auth.Verifier{Lookup: lookup}
+	verifier := &auth.Verifier{Lookup: lookup, Region: cfg.Region}
 	ops := ops.New(svc)
 	h := api.NewHandler(verifier, ops.Authorizer(authorizer), cfg.Log)
 	h.Scope = newScopes(st, maxScopes).scope

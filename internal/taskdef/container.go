@@ -161,7 +161,8 @@ func checkSize(c *container, s scope) error {
 	}
 	// Without any size the scheduler could not account for the container.
 	if s.memory == 0 && c.memory == nil && c.memoryReservation == nil {
-		return fault.Invalid(c.path+".memory", "set memory or memoryReservation, or a task-level memory")
+		// ECS's code and words (scripts match them); the name says which container.
+		return fault.ClientError("Invalid setting for container '%s'. At least one of 'memory' or 'memoryReservation' must be specified.", c.name)
 	}
 	if s.memory > 0 && c.memory != nil && int(*c.memory) > s.memory {
 		return fault.Invalid(c.path+".memory", "must not exceed the task memory (%d > %d MiB)", *c.memory, s.memory)

@@ -93,7 +93,6 @@ var taskRows = []taskRow{
 	{"container memory below floor", func(r *Req) { app(r).Memory = n(4) }, invalid, "containerDefinitions[0].memory"},
 	{"reservation below floor", func(r *Req) { sidecar(r).MemoryReservation = n(5) }, invalid, "containerDefinitions[1].memoryReservation"},
 	{"reservation above memory", func(r *Req) { app(r).MemoryReservation = n(512) }, invalid, "containerDefinitions[0].memoryReservation"},
-	{"no memory anywhere", func(r *Req) { sidecar(r).MemoryReservation = nil }, invalid, "containerDefinitions[1].memory"},
 	{"container memory above task", func(r *Req) { r.Memory = "128" }, invalid, "containerDefinitions[0].memory"},
 	{"containers reserve more than task", func(r *Req) { r.Memory = "280" }, invalid, "containerDefinitions[1].memoryReservation"},
 	{"container cpu above task", func(r *Req) { r.Cpu = "128" }, invalid, "containerDefinitions[0].cpu"},
@@ -350,6 +349,21 @@ func assertFault(t *testing.T, err error, kind fault.Kind, field string) {
 	msg := err.Error()
 	if !strings.HasPrefix(msg, field+": ") || len(msg) < len(field)+10 {
 		t.Errorf("message %q does not name %s and a rule", msg, field)
+	}
+}
+
+// A container without any memory is refused in ECS's words, which name the
+// container rather than the member path: scripts match on them.
+func TestCheckTaskNoMemoryECSMessage(t *testing.T) {
+	r := validTask()
+	sidecar(r).MemoryReservation = nil
+	err := CheckTask(r)
+	if fault.KindOf(err) != fault.Client {
+		t.Fatalf("kind = %v, want client (%v)", fault.KindOf(err), err)
+	}
+	want := "Invalid setting for container '" + sidecar(r).Name + "'. At least one of 'memory' or 'memoryReservation' must be specified."
+	if err.Error() != want {
+		t.Errorf("message %q, want %q", err.Error(), want)
 	}
 }
 
