@@ -28,8 +28,8 @@ const (
 	// session connection each) while keeping idle sockets bounded.
 	DefaultMaxConnections = 10000
 	// DefaultMaxUnauthenticated bounds the bodies read before a signature
-	// is checked: 256 of at most 512 KiB (the Query API's cap) is 128 MiB.
-	DefaultMaxUnauthenticated = 256
+	// is checked: 128 of at most 512 KiB (the Query API's cap) is 64 MiB.
+	DefaultMaxUnauthenticated = 128
 	// maxHeaderBytes is the most a request's headers take; signed AWS
 	// requests carry a few KiB.
 	maxHeaderBytes = 16 << 10
@@ -206,7 +206,13 @@ func (l *limits) handler(next http.Handler) http.Handler {
 			return
 		}
 		t.begin() // a request whose bytes all came with the previous one
-		if t.refused() && !unsigned(r) {
+		if unsigned(r) {
+			t.refused()
+			t.settle(released)
+			next.ServeHTTP(w, r)
+			return
+		}
+		if t.refused() {
 			l.throttle(w, r)
 			return
 		}
@@ -216,7 +222,7 @@ func (l *limits) handler(next http.Handler) http.Handler {
 }
 
 // unsigned are the endpoints that take no signature and read no body:
-// health checks and metrics are served through a flood, to show it.
+// they hold no slot, and are served through a flood, to show it.
 func unsigned(r *http.Request) bool {
 	return r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/metrics")
 }
