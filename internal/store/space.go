@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -90,11 +91,30 @@ func checkStart(dir string, statfs func(string) (int64, error)) error {
 	if err != nil {
 		return nil // the member's own start says what is wrong with dir
 	}
-	if free < startReserve {
+	need := startReserve + holesFilledAtOpen(dir)
+	if free < need {
 		return fmt.Errorf("%w: the disk is full: %s free on the filesystem of %s, and the embedded etcd needs %s to start; free space there and start again",
-			ErrNoSpace, mib(free), dir, mib(startReserve))
+			ErrNoSpace, mib(free), dir, mib(need))
 	}
 	return nil
+}
+
+// tmpfsMagic is a tmpfs's statfs type.
+const tmpfsMagic = 0x01021994
+
+// holesFilledAtOpen is what opening the member's database takes on dir's
+// filesystem beyond what it holds: etcd maps the file with MAP_POPULATE,
+// which on a tmpfs allocates the holes bbolt left when it grew the file.
+func holesFilledAtOpen(dir string) int64 {
+	var fs syscall.Statfs_t
+	if syscall.Statfs(dir, &fs) != nil || fs.Type != tmpfsMagic {
+		return 0
+	}
+	var st syscall.Stat_t
+	if syscall.Stat(filepath.Join(dir, "data", "member", "snap", "db"), &st) != nil {
+		return 0
+	}
+	return max(st.Size-st.Blocks*512, 0)
 }
 
 // admit says whether a write of about n bytes may go to etcd now. One
