@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -40,7 +41,10 @@ func (p *printer) summary(st Status) {
 	fmt.Fprintf(tw, "  API\t%s\tcluster %s\n", st.Endpoint, st.Cluster)
 	for _, in := range st.Instances {
 		conn := "agent connected"
-		if !in.Connected {
+		switch {
+		case in.Status == "INACTIVE":
+			conn = "deregistered"
+		case !in.Connected:
 			conn = "agent not connected"
 		}
 		fmt.Fprintf(tw, "  instance\t%s\t%s, %s\n", in.ID, in.Status, conn)
@@ -61,9 +65,12 @@ func (p *printer) summary(st Status) {
 	}
 
 	api := "--endpoint-url " + st.Endpoint
-	fmt.Fprintf(w, "\nCredentials for the AWS CLI and the capstan CLI:\n\n")
+	// The secret is read from its 0600 file by the shell, not printed:
+	// terminals, scrollback and collected logs keep what is shown.
+	file := filepath.Join(st.DataDir, "admin-credentials.json")
+	fmt.Fprintf(w, "\nCredentials for the AWS CLI and the capstan CLI (the secret stays in %s):\n\n", file)
 	fmt.Fprintf(w, "  export AWS_ACCESS_KEY_ID=%s\n", st.AccessKeyID)
-	fmt.Fprintf(w, "  export AWS_SECRET_ACCESS_KEY=%s\n", st.SecretAccessKey)
+	fmt.Fprintf(w, "  export AWS_SECRET_ACCESS_KEY=\"$(%s)\"\n", secretCommand(file))
 	fmt.Fprintf(w, "  export AWS_DEFAULT_REGION=%s\n", st.Region)
 	fmt.Fprintf(w, "  export CAPSTAN_ENDPOINT=%s\n", st.Endpoint)
 	fmt.Fprintf(w, "\nThen try:\n\n")
@@ -82,6 +89,15 @@ func (p *printer) summary(st Status) {
 	fmt.Fprintf(w, "  aws ecs update-service --cluster %s --service web --desired-count 3 %s\n", st.Cluster, api)
 	fmt.Fprintf(w, "\nLogs: %s\n\n", strings.Join(st.Logs, ", "))
 }
+
+// secretCommand is a POSIX shell command printing the secret kept in the
+// server's credential file (one member a line, as the server writes it).
+func secretCommand(file string) string {
+	return `sed -n 's/^ *"secretAccessKey": *"\([^"]*\)".*/\1/p' ` + shellQuote(file)
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // warnings passes the server's warnings and errors on to the user as well
 // as to the log: when an instance fails to start, its reason is there.

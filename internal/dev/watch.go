@@ -106,6 +106,8 @@ func (w *watcher) poll(ctx context.Context) (bool, error) {
 		st := aws.ToString(ci.Status)
 		note := ""
 		switch {
+		case st == "INACTIVE":
+			note = " (deregistered)"
 		case !ci.AgentConnected:
 			note = " (agent not connected)"
 		case st == "REGISTERING":

@@ -132,7 +132,9 @@ func TestContainerInstanceStateChange(t *testing.T) {
 		{"draining", shapes.ContainerInstance{ContainerInstanceArn: instanceArn, Status: "DRAINING", AgentConnected: ptr(false)},
 			false, "DRAINING", "DRAINING, agent disconnected"},
 		{"unknown agent", shapes.ContainerInstance{ContainerInstanceArn: instanceArn, Status: "INACTIVE"},
-			false, "INACTIVE", "INACTIVE, agent disconnected"},
+			false, "INACTIVE", "INACTIVE, deregistered"},
+		{"deregistered, agent on its way out", shapes.ContainerInstance{ContainerInstanceArn: instanceArn, Status: "INACTIVE", AgentConnected: ptr(true)},
+			true, "INACTIVE", "INACTIVE, deregistered"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

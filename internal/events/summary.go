@@ -90,6 +90,11 @@ func (e Event) Summary() string {
 		}
 		return s
 	case ContainerInstanceStateChange:
+		// The agent may still be connected at the moment of deregistration,
+		// on its way out; what matters is that the instance is gone.
+		if d.Status == "INACTIVE" {
+			return "INACTIVE, deregistered"
+		}
 		if d.AgentConnected {
 			return d.Status + ", agent connected"
 		}

@@ -283,7 +283,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 			retire = append(retire, retirement{m, false, ci, "launch failed"})
 		case m.Value.Handle != "" && !alive:
 			// The instance is gone: its tasks cannot run any more.
-			r.Log.Warn("managed instance lost", "instance", m.Value.ID, "container_instance", ci.Arn)
+			// One whose provisioner has forgotten it was ended on purpose
+			// (capstan dev ends its instances when it stops): expected.
+			lvl := slog.LevelWarn
+			if k, ok := r.Provisioner.(interface{ Known(string) bool }); ok && !k.Known(m.Value.Handle) {
+				lvl = slog.LevelInfo
+			}
+			r.Log.Log(ctx, lvl, "managed instance lost", "instance", m.Value.ID, "container_instance", ci.Arn)
 			if launchFailed(registered, ci) {
 				r.failed(name, now)
 			}

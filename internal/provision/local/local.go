@@ -148,6 +148,17 @@ func (p *Provisioner) pid(handle string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
+// agentRetired is in the agent's last log line when it stopped because
+// its instance was retired (internal/agent).
+const agentRetired = "is being retired; stopping"
+
+// Known reports whether the handle's instance directory is still there:
+// Terminate removes it, so an instance terminated by anyone is unknown.
+func (p *Provisioner) Known(handle string) bool {
+	_, err := os.Stat(p.instanceDir(handle))
+	return err == nil
+}
+
 // Alive reports whether the instance's agent process runs.
 func (p *Provisioner) Alive(_ context.Context, handle string) (bool, error) {
 	pid, err := p.pid(handle)
@@ -179,8 +190,15 @@ func running(pid int) bool {
 func (p *Provisioner) Terminate(ctx context.Context, handle string) error {
 	dir := p.instanceDir(handle)
 	if pid, err := p.pid(handle); err == nil && !running(pid) {
-		// It died on its own: keep its last words in the server's log.
-		p.Log.Warn("local instance had exited", "id", handle, "log_tail", tail(filepath.Join(dir, "agent.log"), 1500))
+		// It ended on its own: keep its last words in the server's log. An
+		// agent whose instance was retired (a rollout's replacement, a scale
+		// in) stops by itself, as it should.
+		last := tail(filepath.Join(dir, "agent.log"), 1500)
+		lvl := slog.LevelWarn
+		if strings.Contains(last, agentRetired) {
+			lvl = slog.LevelInfo
+		}
+		p.Log.Log(ctx, lvl, "local instance had exited", "id", handle, "log_tail", last)
 	} else if err == nil {
 		syscall.Kill(pid, syscall.SIGTERM)
 		deadline := time.Now().Add(15 * time.Second)
