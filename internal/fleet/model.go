@@ -159,6 +159,7 @@ type IndexedTask struct {
 	StartedBy            string
 	createdAt, startedAt time.Time
 	stoppedAt            time.Time
+	protectedUntil       time.Time
 }
 
 func newModel() *model {
@@ -462,6 +463,7 @@ type fleetTaskProbe struct {
 	CreatedAt     shapes.Timestamp `json:"createdAt"`
 	StartedAt     shapes.Timestamp `json:"startedAt"`
 	StoppedAt     shapes.Timestamp `json:"stoppedAt"`
+	Protected     time.Time        `json:"capstanProtectedUntil"`
 }
 
 // fleetChange is one record change, decoded before the fleet's lock is
@@ -689,6 +691,7 @@ func (f *model) apply(ch *fleetChange) {
 		c.tally.noteTask(t.Last, 1)
 		t.health, t.stopCode, t.StartedBy = p.Health, p.StopCode, p.StartedBy
 		t.createdAt, t.startedAt, t.stoppedAt = p.CreatedAt.Time, p.StartedAt.Time, p.StoppedAt.Time
+		t.protectedUntil = p.Protected
 		if p.InstanceID == "" {
 			c.waiting[id] = struct{}{}
 		} else {

@@ -87,7 +87,7 @@ func (s *State) GroupTasks(ctx context.Context, cluster, group string, buf []ser
 	out := slices.Grow(buf[:0], len(g))
 	for id, t := range g {
 		pt := servicedeploy.Task{ID: id, Deployment: t.StartedBy, LastStatus: t.Last, Desired: t.DesiredStatus, Health: t.health,
-			StopCode: t.stopCode, CreatedAt: t.createdAt, StartedAt: t.startedAt, StoppedAt: t.stoppedAt}
+			StopCode: t.stopCode, CreatedAt: t.createdAt, StartedAt: t.startedAt, StoppedAt: t.stoppedAt, ProtectedUntil: t.protectedUntil}
 		if t.instance == "" {
 			if t.cp != "" {
 				pt.Instance = servicedeploy.WaitingForCapacity

@@ -52,6 +52,18 @@ var authTableMore = map[string]authSpec{
 			_, _, err := b.cluster("cluster", r.Cluster)
 			return err
 		}),
+
+	// Task protection, checked against each task named.
+	"GetTaskProtection": authOp("ecs:GetTaskProtection", "each task named", keys(condCluster), nil,
+		func(b *authBuild, r *shapes.GetTaskProtectionRequest) error {
+			_, err := b.inCluster("tasks", r.Cluster, r.Tasks, b.s.TaskID, b.s.ARNs.Task)
+			return err
+		}),
+	"UpdateTaskProtection": authOp("ecs:UpdateTaskProtection", "each task named", keys(condCluster), nil,
+		func(b *authBuild, r *shapes.UpdateTaskProtectionRequest) error {
+			_, err := b.inCluster("tasks", r.Cluster, r.Tasks, b.s.TaskID, b.s.ARNs.Task)
+			return err
+		}),
 }
 
 // attributeTargets adds each attribute's target instance.

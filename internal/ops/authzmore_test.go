@@ -10,5 +10,7 @@ func init() {
 	authSamples["DeleteAccountSetting"] = `{"name":"containerInsights"}`
 	authSamples["ListAccountSettings"] = `{}`
 	authSamples["UpdateCluster"] = `{"cluster":"prod","settings":[{"name":"containerInsights","value":"enabled"}]}`
+	authSamples["GetTaskProtection"] = `{"cluster":"prod","tasks":["` + taskA + `"]}`
+	authSamples["UpdateTaskProtection"] = `{"cluster":"prod","tasks":["` + taskA + `"],"protectionEnabled":true}`
 	authSamples["UpdateClusterSettings"] = `{"cluster":"prod","settings":[{"name":"containerInsights","value":"enabled"}]}`
 }

@@ -14,6 +14,7 @@ func (s *Service) Register(h *api.Handler) {
 	s.registerAttributes(h)
 	s.registerAccountSettings(h)
 	s.registerClusterUpdates(h)
+	s.registerProtection(h)
 	s.registerTasks(h)
 	s.registerServices(h)
 	s.registerExtensions(h)

@@ -343,7 +343,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(h.Collectors()...)
 	reg.MustRegister(gw.Collectors()...)
-	reg.MustRegister(storeWrites{st})
+	reg.MustRegister(storeWrites{st}, storeSpace{st})
 	reg.MustRegister(trail.Collectors()...)
 	counts := newReconciles()
 	reg.MustRegister(counts)
@@ -369,6 +369,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !st.Ready() {
 			http.Error(w, "store not ready", http.StatusServiceUnavailable)
+			return
+		}
+		if sp := st.Space(); sp.OutOfSpace {
+			// Reads are served; writes are refused until space returns.
+			http.Error(w, store.ErrNoSpace.Error()+": "+sp.Reason, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

@@ -29,6 +29,9 @@ type Task struct {
 	CreatedAt     time.Time
 	StartedAt     time.Time
 	StoppedAt     time.Time
+	// ProtectedUntil is when the task's scale-in protection ends: until
+	// then neither scale-in nor a draining instance stops it.
+	ProtectedUntil time.Time
 }
 
 // Spec is the service as planning needs it.
@@ -171,19 +174,29 @@ func Decide(sp Spec, tasks []Task, now time.Time) Plan {
 		// Sorted only when some must go: a pass over thousands of tasks
 		// runs on every few of their reports.
 		stopOrder(keepers)
-		for _, l := range keepers[:extra] {
+		kept := keepers[:0:0]
+		for _, l := range keepers {
+			if extra == 0 || !sp.Deleting && p.protected(l, now) {
+				kept = append(kept, l)
+				continue
+			}
+			extra--
 			p.Stops = append(p.Stops, Stop{l.ID, ifDeleting(sp, ScaleIn)})
 			if l.running {
 				healthy--
 			}
 		}
-		keepers = keepers[extra:]
+		keepers = kept
 	}
 
 	leaveOrder(leavers)
 	budget := healthy - minHealthy
 	kept := 0
 	for _, l := range leavers {
+		if r := leaveReason(sp, l); !sp.Deleting && (r == Draining || r == ScaleIn) && p.protected(l, now) {
+			kept++
+			continue
+		}
 		if l.running && !l.unhealthy {
 			if budget <= 0 {
 				kept++
@@ -218,6 +231,16 @@ func Decide(sp Spec, tasks []Task, now time.Time) Plan {
 		}
 	}
 	return p
+}
+
+// protected says whether l's scale-in protection holds at now; when it
+// does, the plan is rechecked when it ends.
+func (p *Plan) protected(l live, now time.Time) bool {
+	if !now.Before(l.ProtectedUntil) {
+		return false
+	}
+	p.Recheck = earliest(p.Recheck, l.ProtectedUntil)
+	return true
 }
 
 func ifDeleting(sp Spec, r Reason) Reason {

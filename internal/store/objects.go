@@ -249,6 +249,9 @@ type Task struct {
 	// HostAccess is the grant of the host access its definition asks for,
 	// given by an authorized API call (protocol.Task.HostAccess).
 	HostAccess bool `json:"capstanHostAccess,omitempty"`
+	// ProtectedUntil is when the task's scale-in protection
+	// (UpdateTaskProtection) ends; zero when it has none.
+	ProtectedUntil time.Time `json:"capstanProtectedUntil,omitzero"`
 }
 
 // AgentCredential is a credential minted for agents. It binds to the first
