@@ -30,6 +30,7 @@ import (
 	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/auth"
 	"github.com/capstanhq/capstan/internal/fault"
+	"github.com/capstanhq/capstan/internal/store"
 )
 
 var (
@@ -268,6 +269,9 @@ func TestErrorMapping(t *testing.T) {
 		{&fault.Error{Kind: fault.Internal, Message: "etcd at 10.0.0.7 refused"}, 500, "ServerException", "internal error"},
 		{errors.New("store: etcd at 10.0.0.7 refused"), 500, "ServerException", "internal error"},
 		{fmt.Errorf("read: %w", context.DeadlineExceeded), 500, "ServerException", "the request was cancelled or timed out"},
+		// The store's want of space is told as the store words it, whatever wraps it.
+		{&fault.Error{Kind: fault.Internal, Message: "put cluster", Err: fmt.Errorf("etcd txn: %w: the disk is full: 3 MiB free", store.ErrNoSpace)},
+			500, "ServerException", "the state store is out of space: the disk is full: 3 MiB free"},
 	} {
 		a.setErr(tc.err)
 		r := a.post(http.MethodPost, TargetPrefix+"ListClusters", []byte(`{}`), &admin)
