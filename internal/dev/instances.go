@@ -1,15 +1,24 @@
 package dev
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"debug/buildinfo"
 	"debug/elf"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
@@ -26,27 +35,123 @@ const capstanMain = "github.com/capstanhq/capstan/cmd/capstan"
 // provisioner runs instances with. It must be static: an instance also runs
 // it as the holder of its daemons' network namespace, in an image with
 // nothing else in it. This executable is used when it qualifies; `go run`
-// builds with cgo, so dev usually builds one next to its state.
+// builds with cgo, so dev usually builds one next to its state, once per
+// source and toolchain: a later run with the same reuses it.
 func agentBinary(ctx context.Context, goTool, src, dataDir string, out *printer) (string, error) {
 	if exe, err := os.Executable(); err == nil && staticCapstan(exe) {
 		return exe, nil
 	}
-	out.step("building a static capstan for the instances (CGO_ENABLED=0 go build ./cmd/capstan)")
 	dir := filepath.Join(dataDir, "bin")
+	path := filepath.Join(dir, "capstan")
+	key, err := buildKey(ctx, goTool, src)
+	if err != nil {
+		return "", err
+	}
+	if b, err := os.ReadFile(path + ".key"); err == nil && string(b) == key && staticCapstan(path) {
+		out.step("static capstan for the instances (up to date: %s)", path)
+		return path, nil
+	}
+	out.step("building a static capstan for the instances (CGO_ENABLED=0 go build ./cmd/capstan; a first build takes a minute or two, later ones reuse it)")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, "capstan")
 	next := path + ".new"
-	cmd := exec.CommandContext(ctx, goTool, "build", "-o", next, "./cmd/capstan")
+	cmd := exec.CommandContext(ctx, goTool, "build", "-v", "-o", next, "./cmd/capstan")
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build a static capstan for the instances (CGO_ENABLED=0 go build ./cmd/capstan): %w\n%s", err, out)
+	if log, err := runWithProgress(cmd, out, "static capstan"); err != nil {
+		return "", fmt.Errorf("build a static capstan for the instances (CGO_ENABLED=0 go build ./cmd/capstan): %w\n%s", err, log)
 	}
 	// Instances of an earlier run may still execute the old file: replace
 	// it by renaming, never by writing into it.
-	return path, os.Rename(next, path)
+	if err := os.Rename(next, path); err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path+".key", []byte(key), 0o600)
+}
+
+// progressEvery is how often a long build says how far it got.
+var progressEvery = 5 * time.Second
+
+// runWithProgress runs a `go build -v`, which names each package as it
+// compiles it, and prints every progressEvery how many it has compiled.
+// It returns the build's output for an error message.
+func runWithProgress(cmd *exec.Cmd, out *printer, what string) ([]byte, error) {
+	r, w := io.Pipe()
+	cmd.Stdout, cmd.Stderr = w, w
+	var log bytes.Buffer
+	var built atomic.Int64
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			log.Write(append(sc.Bytes(), '\n'))
+			built.Add(1)
+		}
+		io.Copy(io.Discard, r)
+	}()
+	began := time.Now()
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return nil, err
+	}
+	go func() { done <- cmd.Wait() }()
+	for {
+		select {
+		case err := <-done:
+			w.Close()
+			<-read
+			if err == nil {
+				out.step("built the %s in %.0fs (%d packages compiled)", what, time.Since(began).Seconds(), built.Load())
+			}
+			return log.Bytes(), err
+		case <-tick.C:
+			out.step("  building the %s: %d packages compiled, %.0fs so far", what, built.Load(), time.Since(began).Seconds())
+		}
+	}
+}
+
+// buildKey names what a build of cmd/capstan depends on: the toolchain and
+// target, and the module's Go files and requirements. Tests and testdata
+// are not in the binary.
+func buildKey(ctx context.Context, goTool, src string) (string, error) {
+	h := sha256.New()
+	ver, err := exec.CommandContext(ctx, goTool, "env", "GOVERSION", "GOOS", "GOARCH", "GOFLAGS").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env: %w", err)
+	}
+	h.Write(ver)
+	err = filepath.WalkDir(src, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := e.Name()
+		if e.IsDir() {
+			if path != src && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !e.Type().IsRegular() || !(strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") || name == "go.mod" || name == "go.sum") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		fmt.Fprintf(h, "%s %d\n", filepath.ToSlash(rel), len(b))
+		h.Write(b)
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("hash the source tree %s: %w", src, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func staticCapstan(path string) bool {
