@@ -30,6 +30,7 @@ import (
 	"github.com/capstanhq/capstan/internal/agent/daemonnet"
 	"github.com/capstanhq/capstan/internal/agent/engine"
 	"github.com/capstanhq/capstan/internal/agent/images"
+	"github.com/capstanhq/capstan/internal/agent/logs"
 	"github.com/capstanhq/capstan/internal/agent/metadata"
 	"github.com/capstanhq/capstan/internal/agent/resources"
 	"github.com/capstanhq/capstan/internal/agent/session"
@@ -224,7 +225,7 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 	}
 	src.eng = eng
 	sess := session.New(session.Config{Endpoint: cfg.Endpoint, CABundle: cfg.CABundle, AccessKeyID: cfg.AccessKeyID, SecretKey: cfg.SecretAccessKey.Reveal(),
-		Region: cfg.Region, InstanceArn: instanceArn, AgentVersion: Version, Store: db, Engine: eng, HTTPClient: o.HTTPClient, Log: log})
+		Region: cfg.Region, InstanceArn: instanceArn, AgentVersion: Version, Store: db, Engine: eng, Logs: logs.Reader{RT: rt}, HTTPClient: o.HTTPClient, Log: log})
 
 	var metricsServer *http.Server
 	var metricsListener net.Listener

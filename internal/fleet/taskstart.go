@@ -167,7 +167,7 @@ type TaskRequest struct {
 
 const noInstances = "No Container Instances were found in your cluster."
 
-var errNoInstances = fault.Invalid("cluster", noInstances)
+var errNoInstances = fault.Invalid("", noInstances) // ECS's words, whole
 
 // startTasks places and records tasks; everything is written in one
 // transaction with the instances' new remaining resources.

@@ -149,6 +149,7 @@ type session struct {
 	cancel   context.CancelFunc
 	parked   *parkedConn // conn's socket, if its reads park (not TLS)
 	outbox               // writes, and the writer's state (writer.go)
+	logs     logRequests // log requests in progress (logs.go)
 
 	once  sync.Once
 	first error // the session's error: the first of its parts' to end it
@@ -241,6 +242,7 @@ func (g *Gateway) serve(ctx context.Context, conn *websocket.Conn, parked *parke
 	// has it to send (writer.go).
 	g.startWriting(sctx, s)
 	s.end(g.receive(sctx, s))
+	s.endLogs()
 	g.stopWriting(s)
 	return s.first
 }
@@ -464,6 +466,14 @@ func (g *Gateway) handle(ctx context.Context, s *session, b []byte) error {
 	}
 	switch m.Type {
 	case protocol.TypeHeartbeat, protocol.TypeManifestAck:
+	case protocol.TypeLogChunk:
+		if m.LogChunk != nil {
+			s.routeLog(m.LogChunk.ID, m)
+		}
+	case protocol.TypeLogEnd:
+		if m.LogEnd != nil {
+			s.routeLog(m.LogEnd.ID, m)
+		}
 	case protocol.TypeStateChange:
 		if m.StateChange == nil {
 			s.send(protocol.Message{Type: protocol.TypeError, Error: &protocol.Error{Code: "MalformedMessage", Message: "stateChange without body"}})

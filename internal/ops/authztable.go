@@ -775,6 +775,22 @@ var authTable = map[string]authSpec{
 			_, _, err := b.cluster("cluster", r.Cluster)
 			return err
 		}),
+	// Logs are read like the task they belong to, but by their own action:
+	// output may hold what DescribeTasks does not show.
+	"GetTaskLogs": authOp("capstan:GetTaskLogs", "task", keys(condCluster), nil,
+		func(b *authBuild, r *GetTaskLogsRequest) error {
+			cluster, clusterArn, err := b.clusterArn("cluster", r.Cluster)
+			if err != nil {
+				return err
+			}
+			b.set(condCluster, clusterArn)
+			id, err := b.s.TaskID("task", cluster, r.Task)
+			if err != nil {
+				return err
+			}
+			b.resource(b.s.ARNs.Task(cluster, id), nil)
+			return nil
+		}),
 	// The audit trail is the account's: there is no narrower resource.
 	"ListAuditEvents": {action: "capstan:ListAuditEvents", resources: resAll,
 		build: func(*authBuild, any) error { return nil }},

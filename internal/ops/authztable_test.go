@@ -27,7 +27,7 @@ const arnBase = "arn:aws:ecs:us-east-1:123456789012:"
 // extensionOps are the CapstanV1 operations. ListAuditEvents is served by
 // the audit trail, not registered by Service.Register.
 var extensionOps = []string{"CreateAgentCredential", "DescribeDaemonRollout", "PreviewDaemonUpdate",
-	"DescribeDaemonConfiguration", "RollbackDaemon", "ListEvents", "ListAuditEvents"}
+	"DescribeDaemonConfiguration", "RollbackDaemon", "ListEvents", "ListAuditEvents", "GetTaskLogs"}
 
 // authVerifier lets every request in as the administrator.
 type authVerifier struct{}
@@ -49,6 +49,7 @@ func authProbe(s *Service) (*api.Handler, func(target, body string) (string, ref
 		return api.Checked{}, fault.Denied("probe")
 	}, slog.New(slog.DiscardHandler))
 	s.Register(h)
+	s.RegisterTaskLogs(h, nil)
 	probe := func(target, body string) (string, reflect.Type) {
 		mu.Lock()
 		seenOp, seenType = "", nil
@@ -294,6 +295,7 @@ var authSamples = map[string]string{
 	"RollbackDaemon":                `{"daemonArn":"` + arnBase + `daemon/prod/agent"}`,
 	"ListEvents":                    `{"cluster":"prod"}`,
 	"ListAuditEvents":               `{}`,
+	"GetTaskLogs":                   `{"cluster":"prod","task":"` + taskA + `"}`,
 }
 
 // Every row computes a target for a request of its operation, supplies
@@ -437,6 +439,8 @@ func TestAuthTargets(t *testing.T) {
 		{"ListEvents", "ListEvents", `{"cluster":"dev"}`, authTarget{
 			Action: "capstan:ListEvents", Resources: []string{cluster("dev")}, Conditions: map[string][]string{condCluster: {cluster("dev")}}}},
 		{"ListAuditEvents", "ListAuditEvents", `{}`, authTarget{Action: "capstan:ListAuditEvents", Resources: []string{"*"}}},
+		{"GetTaskLogs", "GetTaskLogs", `{"cluster":"dev","task":"` + taskA + `"}`, authTarget{
+			Action: "capstan:GetTaskLogs", Resources: []string{arnBase + "task/dev/" + taskA}, Conditions: map[string][]string{condCluster: {cluster("dev")}}}},
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {

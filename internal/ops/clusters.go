@@ -121,6 +121,7 @@ func (s *Service) describeCluster(ctx context.Context, c store.Cluster, include 
 		}
 		cl.Statistics = []shapes.KeyValuePair{{Name: "daemonCount", Value: strconv.Itoa(n)}}
 	}
+	cl.Statistics = orEmpty(cl.Statistics) // ECS answers [] without STATISTICS
 	return &cl, nil
 }
 

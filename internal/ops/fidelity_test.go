@@ -172,6 +172,11 @@ func TestDescribeForeignARNsAreFailures(t *testing.T) {
 		TaskDefinition: td.TaskDefinitionArn, DesiredCount: aws.Int32(0)}); err != nil {
 		t.Fatal(err)
 	}
+	cls, err := c.DescribeClusters(ctx, &ecs.DescribeClustersInput{Clusters: []string{"apps"}})
+	if err != nil || len(cls.Clusters) != 1 || cls.Clusters[0].Statistics == nil || cls.Clusters[0].CapacityProviders == nil ||
+		cls.Clusters[0].DefaultCapacityProviderStrategy == nil {
+		t.Fatalf("cluster lists left out: %+v %v", cls, err)
+	}
 	otherRegion := "arn:aws:ecs:eu-west-1:123456789012:service/apps/web"
 	otherAccount := "arn:aws:ecs:us-east-1:999999999999:service/apps/web"
 	out, err := c.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String("apps"), Services: []string{otherRegion, "web", otherAccount, "gone"}})
@@ -242,7 +247,7 @@ func TestRunTaskWithoutAgentAndTags(t *testing.T) {
 		ContainerDefinitions: []types.ContainerDefinition{{Name: aws.String("web"), Image: aws.String("busybox"), Memory: aws.Int32(64)}}})
 	// No instance at all is ECS's whole-call error.
 	_, err := c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("apps"), TaskDefinition: td.TaskDefinitionArn})
-	wantECSExact(t, err, "InvalidParameterException", "cluster: No Container Instances were found in your cluster.")
+	wantECSExact(t, err, "InvalidParameterException", "No Container Instances were found in your cluster.")
 
 	reg, err := c.RegisterContainerInstance(ctx, &ecs.RegisterContainerInstanceInput{Cluster: aws.String("apps"),
 		TotalResources: []types.Resource{
@@ -253,6 +258,13 @@ func TestRunTaskWithoutAgentAndTags(t *testing.T) {
 		t.Fatal(err)
 	}
 	ciArn := aws.ToString(reg.ContainerInstance.ContainerInstanceArn)
+	dci, err := c.DescribeContainerInstances(ctx, &ecs.DescribeContainerInstancesInput{Cluster: aws.String("apps"), ContainerInstances: []string{ciArn}})
+	if err != nil || len(dci.ContainerInstances) != 1 {
+		t.Fatalf("describe instance: %+v %v", dci, err)
+	}
+	if ci := dci.ContainerInstances[0]; ci.Attachments == nil || ci.Attributes == nil || ci.RegisteredResources == nil || ci.RemainingResources == nil {
+		t.Errorf("container instance lists left out: %+v", ci)
+	}
 	run, err := c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("apps"), TaskDefinition: td.TaskDefinitionArn, Count: aws.Int32(2)})
 	if err != nil {
 		t.Fatalf("RunTask with a disconnected agent: %v", err)

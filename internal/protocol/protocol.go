@@ -3,6 +3,7 @@
 //
 //	agent → server: hello, manifestAck, stateChange, heartbeat
 //	server → agent: manifest, stateAck, heartbeat, error
+//	server → agent: logRequest, logCancel; agent → server: logChunk, logEnd
 //
 // The server pushes an instance's whole desired task set (a manifest) with a
 // sequence number; the agent persists it before acknowledging. The agent
@@ -33,6 +34,12 @@ const (
 	TypeStateAck    = "stateAck"
 	TypeHeartbeat   = "heartbeat"
 	TypeError       = "error"
+	// Container logs (logs.go): the server asks, the agent answers in
+	// chunks and ends the request.
+	TypeLogRequest = "logRequest"
+	TypeLogCancel  = "logCancel"
+	TypeLogChunk   = "logChunk"
+	TypeLogEnd     = "logEnd"
 )
 
 // Message is one frame; exactly the member named by Type is set.
@@ -45,6 +52,10 @@ type Message struct {
 	StateAck    *StateAck    `json:"stateAck,omitempty"`
 	Heartbeat   *Heartbeat   `json:"heartbeat,omitempty"`
 	Error       *Error       `json:"error,omitempty"`
+	LogRequest  *LogRequest  `json:"logRequest,omitempty"`
+	LogCancel   *LogCancel   `json:"logCancel,omitempty"`
+	LogChunk    *LogChunk    `json:"logChunk,omitempty"`
+	LogEnd      *LogEnd      `json:"logEnd,omitempty"`
 }
 
 // Hello opens a session. ManifestSeq is the last manifest the agent has

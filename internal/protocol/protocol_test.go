@@ -51,7 +51,8 @@ func TestWireFormat(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []string{TypeHello, TypeManifest, TypeManifestAck, TypeStateChange, TypeStateAck, TypeHeartbeat, TypeError} {
+	for _, typ := range []string{TypeHello, TypeManifest, TypeManifestAck, TypeStateChange, TypeStateAck, TypeHeartbeat, TypeError,
+		TypeLogRequest, TypeLogCancel, TypeLogChunk, TypeLogEnd} {
 		if !seen[typ] {
 			t.Errorf("no %s message in testdata/wire.jsonl", typ)
 		}

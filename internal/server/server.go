@@ -334,6 +334,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		prov = sp
 	}
 	gw := gateway.New(svc, st, api.Marking(verifier), serverID, cfg.Log)
+	ops.RegisterTaskLogs(h, gw)
 	trail := audit.New(audit.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Retention: cfg.AuditRetention,
 		Limit: cfg.AuditLimit, Log: cfg.Log})
 	h.Audit = trail.Record

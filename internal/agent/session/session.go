@@ -68,8 +68,10 @@ type Config struct {
 	AgentVersion string
 	Store        Store
 	Engine       Engine
-	HTTPClient   *http.Client
-	Log          *slog.Logger
+	// Logs answers the server's log requests; nil refuses them.
+	Logs       LogServer
+	HTTPClient *http.Client
+	Log        *slog.Logger
 	// BatchDelay, when positive, gathers state changes for this long before
 	// persisting a batch; by default a batch holds whatever changes are
 	// already waiting, so a lone change goes out at once and bursts still
@@ -329,11 +331,13 @@ func (c *Client) session(ctx context.Context) error {
 	go func() { defer wg.Done(); errs <- c.writer(sctx, l, out) }()
 	a := newAcks()
 	go func() { defer wg.Done(); errs <- c.sender(sctx, out, a) }()
-	go func() { defer wg.Done(); errs <- c.reader(sctx, l, out, a) }()
+	ls := &logStreams{cancel: map[uint64]context.CancelFunc{}}
+	go func() { defer wg.Done(); errs <- c.reader(sctx, l, out, a, ls) }()
 	err = <-errs
 	scancel()
 	conn.Close(websocket.StatusNormalClosure, "")
 	wg.Wait()
+	ls.wg.Wait()
 	return err
 }
 
@@ -459,7 +463,7 @@ func (c *Client) merge(batches []state.Batch) (protocol.StateChange, bool) {
 }
 
 // reader handles what the server sends.
-func (c *Client) reader(ctx context.Context, l *link.Link, out chan<- protocol.Message, a *acks) error {
+func (c *Client) reader(ctx context.Context, l *link.Link, out chan<- protocol.Message, a *acks, ls *logStreams) error {
 	for {
 		b, err := l.Read()
 		if err != nil {
@@ -497,6 +501,14 @@ func (c *Client) reader(ctx context.Context, l *link.Link, out chan<- protocol.M
 			}
 			c.observeAck(m.StateAck.ID)
 			a.ack(m.StateAck.ID)
+		case protocol.TypeLogRequest:
+			if m.LogRequest != nil {
+				c.startLogs(ctx, ls, *m.LogRequest, out)
+			}
+		case protocol.TypeLogCancel:
+			if m.LogCancel != nil {
+				ls.stop(m.LogCancel.ID)
+			}
 		case protocol.TypeError:
 			if m.Error != nil {
 				c.cfg.Log.Warn("server reported an error", "code", m.Error.Code, "message", m.Error.Message)
