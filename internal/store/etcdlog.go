@@ -35,7 +35,17 @@ func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Che
 	return ce
 }
 
+// etcdNoise are warnings etcd gives at every start that do not apply to
+// the embedded member: it serves a unix socket only, without etcd's auth.
+var etcdNoise = map[string]bool{
+	"Running http and grpc server on single port. This is not recommended for production.": true,
+	"simple token is not cryptographically signed":                                         true,
+}
+
 func (c *slogCore) Write(e zapcore.Entry, fs []zapcore.Field) error {
+	if e.Level < zapcore.ErrorLevel && etcdNoise[e.Message] {
+		return nil
+	}
 	enc := zapcore.NewMapObjectEncoder()
 	for _, f := range c.fields {
 		f.AddTo(enc)
