@@ -388,6 +388,9 @@ func mergeState(t *store.Task, st protocol.TaskState) (changed bool) {
 	if st.StoppedReason != "" && t.StoppedReason == "" {
 		t.StoppedReason, t.StopCode, changed = st.StoppedReason, st.StopCode, true
 	}
+	if st.Attachments != nil && mergeAttachments(&t.Attachments, st.Attachments) {
+		changed = true
+	}
 	for _, c := range st.Containers {
 		i := slices.IndexFunc(t.Containers, func(x shapes.Container) bool { return x.Name == c.Name })
 		if i < 0 {
@@ -414,6 +417,9 @@ func mergeState(t *store.Task, st protocol.TaskState) (changed bool) {
 		}
 		if c.NetworkBindings != nil && !reflect.DeepEqual(dst.NetworkBindings, c.NetworkBindings) {
 			dst.NetworkBindings, changed = c.NetworkBindings, true
+		}
+		if c.NetworkInterfaces != nil && !slices.Equal(dst.NetworkInterfaces, c.NetworkInterfaces) {
+			dst.NetworkInterfaces, changed = c.NetworkInterfaces, true
 		}
 	}
 	return changed

@@ -172,9 +172,6 @@ var errNoInstances = fault.Invalid("", noInstances) // ECS's words, whole
 // startTasks places and records tasks; everything is written in one
 // transaction with the instances' new remaining resources.
 func (s *State) StartTasks(ctx context.Context, r TaskRequest) ([]shapes.Task, []shapes.Failure, error) {
-	if r.NetworkConfiguration != nil {
-		return nil, nil, fault.NotSupported("networkConfiguration: the awsvpc network mode is not supported; use bridge, host or none")
-	}
 	if len(r.StartedBy) > 36 {
 		return nil, nil, fault.Invalid("startedBy", "must be at most 36 characters")
 	}
@@ -215,6 +212,9 @@ func (s *State) StartTasks(ctx context.Context, r TaskRequest) ([]shapes.Task, [
 		}
 		def := td.Value.TaskDefinition
 		if err := checkOverrides(def, r.Overrides); err != nil {
+			return err
+		}
+		if err := CheckNetworkConfiguration(def.NetworkMode, r.NetworkConfiguration, r.owner == nil); err != nil {
 			return err
 		}
 		n, err := taskNeed(def, r.Overrides)
@@ -267,6 +267,11 @@ func (s *State) StartTasks(ctx context.Context, r TaskRequest) ([]shapes.Task, [
 				}
 				return cmp.Or(err, error(errNoInstances))
 			}
+		}
+		if fargateOnly(def) {
+			// FARGATE definitions run on managed instances, not on
+			// instances registered by hand.
+			cands = slices.DeleteFunc(cands, func(c *candidate) bool { return c.cp == "" })
 		}
 		// instances are the records of instances placed on, read as the
 		// placement view saw them (or as this call last wrote them).
@@ -573,6 +578,7 @@ func (s *State) newTask(cluster, clusterArn string, ci store.ContainerInstance, 
 		Group: group, StartedBy: r.StartedBy, DesiredStatus: "RUNNING", Definition: td.TaskDefinition, Overrides: r.Overrides,
 		Tags: r.Tags, HostAccess: r.HostAccess, CreatedAt: now, Version: 1}
 	t.HostAccess = r.HostAccess
+	t.Attachments = taskAttachments(t.TaskArn, td.NetworkMode, r.NetworkConfiguration)
 	return t, desired
 }
 

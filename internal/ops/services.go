@@ -79,9 +79,13 @@ func (s *Service) listedService(ctx context.Context, cluster, ref string) (strin
 func refuseServiceFeatures(nc *shapes.NetworkConfiguration, lbs []shapes.LoadBalancer, regs []shapes.ServiceRegistry,
 	sc *shapes.ServiceConnectConfiguration, vols []shapes.ServiceVolumeConfiguration, lattice []shapes.VpcLatticeConfiguration,
 	ctl *shapes.DeploymentController, platform string) error {
+	if nc != nil {
+		// Checked against the task definition's networkMode once it is read.
+		if err := fleet.CheckNetworkConfiguration("awsvpc", nc, false); err != nil {
+			return err
+		}
+	}
 	switch {
-	case nc != nil:
-		return fault.NotSupported("networkConfiguration: the awsvpc network mode is not supported; services run tasks in bridge, host or none mode")
 	case len(lbs) > 0:
 		return fault.NotSupported("loadBalancers: load balancers are not available in Capstan")
 	case len(regs) > 0:
@@ -94,9 +98,8 @@ func refuseServiceFeatures(nc *shapes.NetworkConfiguration, lbs []shapes.LoadBal
 		return fault.NotSupported("vpcLatticeConfigurations: VPC Lattice is not supported")
 	case ctl != nil && ctl.Type != "ECS":
 		return fault.NotSupported("deploymentController: only the ECS (rolling update) deployment controller is supported (got %s)", ctl.Type)
-	case platform != "":
-		return fault.Invalid("platformVersion", "applies to Fargate only; Capstan runs tasks on registered instances")
 	}
+	// platform, a Fargate platform version, is accepted and ignored.
 	return nil
 }
 
@@ -287,6 +290,9 @@ func (s *Service) CreateService(ctx context.Context, req *shapes.CreateServiceRe
 		if err != nil {
 			return err
 		}
+		if err := fleet.CheckNetworkConfiguration(td.Value.NetworkMode, req.NetworkConfiguration, true); err != nil {
+			return err
+		}
 		launchType, strategy, guards, err := s.serviceCapacity(ctx, cl, req.LaunchType, req.CapacityProviderStrategy)
 		if err != nil {
 			return err
@@ -303,6 +309,7 @@ func (s *Service) CreateService(ctx context.Context, req *shapes.CreateServiceRe
 		v.DeploymentController = &shapes.DeploymentController{Type: "ECS"}
 		v.SchedulingStrategy = "REPLICA"
 		v.PlacementStrategy, v.PlacementConstraints = req.PlacementStrategy, req.PlacementConstraints
+		v.NetworkConfiguration = req.NetworkConfiguration
 		v.CreatedAt = shapes.At(now)
 		v.PropagateTags = req.PropagateTags
 		if v.PropagateTags == "" {
@@ -417,6 +424,9 @@ func (s *Service) UpdateService(ctx context.Context, req *shapes.UpdateServiceRe
 		}
 		if req.PlacementConstraints != nil && !slices.Equal(req.PlacementConstraints, v.PlacementConstraints) {
 			v.PlacementConstraints, redeploy = req.PlacementConstraints, true
+		}
+		if req.NetworkConfiguration != nil {
+			v.NetworkConfiguration, redeploy = req.NetworkConfiguration, true
 		}
 		if v.DeploymentConfiguration, err = serviceDeploymentConfig(v.DeploymentConfiguration, req.DeploymentConfiguration); err != nil {
 			return err

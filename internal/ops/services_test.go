@@ -152,9 +152,9 @@ func TestServiceCreateRefusals(t *testing.T) {
 		code string
 	}{
 		{"daemon strategy", func(in *ecs.CreateServiceInput) { in.SchedulingStrategy = types.SchedulingStrategyDaemon }, "UnsupportedFeatureException"},
-		{"awsvpc", func(in *ecs.CreateServiceInput) {
+		{"awsvpc configuration for a bridge definition", func(in *ecs.CreateServiceInput) {
 			in.NetworkConfiguration = &types.NetworkConfiguration{AwsvpcConfiguration: &types.AwsVpcConfiguration{Subnets: []string{"subnet-1"}}}
-		}, "UnsupportedFeatureException"},
+		}, "InvalidParameterException"},
 		{"load balancer", func(in *ecs.CreateServiceInput) {
 			in.LoadBalancers = []types.LoadBalancer{{ContainerName: aws.String("web"), ContainerPort: aws.Int32(80), TargetGroupArn: aws.String("arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/x/1")}}
 		}, "UnsupportedFeatureException"},

@@ -229,10 +229,9 @@ func TestTaskDefinitionValidation(t *testing.T) {
 		field  string
 	}{
 		{"bad family", func(in *ecs.RegisterTaskDefinitionInput) { in.Family = aws.String("web app") }, "InvalidParameterException", "family"},
-		{"awsvpc", func(in *ecs.RegisterTaskDefinitionInput) { in.NetworkMode = types.NetworkModeAwsvpc }, "UnsupportedFeatureException", "networkMode"},
-		{"fargate", func(in *ecs.RegisterTaskDefinitionInput) {
+		{"fargate without awsvpc", func(in *ecs.RegisterTaskDefinitionInput) {
 			in.RequiresCompatibilities = []types.Compatibility{types.CompatibilityFargate}
-		}, "UnsupportedFeatureException", "requiresCompatibilities[0]"},
+		}, "ClientException", "networkMode"},
 		{"missing image", func(in *ecs.RegisterTaskDefinitionInput) { in.ContainerDefinitions[0].Image = nil }, "ClientException", "containerDefinitions[0].image"},
 		{"bad cpu", func(in *ecs.RegisterTaskDefinitionInput) { in.Cpu = aws.String("lots") }, "InvalidParameterException", "cpu"},
 		{"duplicate host port", func(in *ecs.RegisterTaskDefinitionInput) {

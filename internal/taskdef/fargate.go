@@ -62,17 +62,25 @@ func checkFargate(req *shapes.RegisterTaskDefinitionRequest, cpu, memory int) er
 }
 
 // Compatibilities is what ECS answers in a definition's compatibilities
-// for what Capstan adds: FARGATE for an awsvpc definition whose task size
-// Fargate has. base is the list for the definition's other launch types.
+// for what Capstan adds: an awsvpc definition whose task size Fargate has
+// is compatible with EC2, FARGATE and, here, MANAGED_INSTANCES, where it
+// runs. base is the list for the definition's other launch types.
 func Compatibilities(base []string, td *shapes.TaskDefinition) []string {
-	if td.NetworkMode != "awsvpc" || slices.Contains(base, "FARGATE") {
+	if td.NetworkMode != "awsvpc" || td.Cpu == "" || td.Memory == "" {
 		return base
 	}
 	cpu, err1 := ParseCPU(td.Cpu)
 	mem, err2 := ParseMemory(td.Memory)
-	if td.Cpu == "" || td.Memory == "" || err1 != nil || err2 != nil || !FargateSize(cpu, mem) {
+	if err1 != nil || err2 != nil || !FargateSize(cpu, mem) {
 		return base
 	}
 	out := slices.Clone(base)
-	return append(out, "FARGATE")
+	for _, c := range []string{"EC2", "FARGATE", "MANAGED_INSTANCES"} {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	order := []string{"EC2", "EXTERNAL", "FARGATE", "MANAGED_INSTANCES"}
+	slices.SortStableFunc(out, func(a, b string) int { return slices.Index(order, a) - slices.Index(order, b) })
+	return out
 }

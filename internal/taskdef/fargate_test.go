@@ -109,8 +109,11 @@ func TestFargateSize(t *testing.T) {
 func TestCompatibilities(t *testing.T) {
 	base := []string{"EC2", "MANAGED_INSTANCES"}
 	td := &shapes.TaskDefinition{NetworkMode: "awsvpc", Cpu: "256", Memory: "512"}
-	if got := Compatibilities(base, td); !slices.Equal(got, []string{"EC2", "MANAGED_INSTANCES", "FARGATE"}) {
+	if got := Compatibilities(base, td); !slices.Equal(got, []string{"EC2", "FARGATE", "MANAGED_INSTANCES"}) {
 		t.Errorf("awsvpc 256/512: %v", got)
+	}
+	if got := Compatibilities([]string{"FARGATE"}, td); !slices.Equal(got, []string{"EC2", "FARGATE", "MANAGED_INSTANCES"}) {
+		t.Errorf("awsvpc 256/512 requiring FARGATE: %v", got)
 	}
 	if !slices.Equal(base, []string{"EC2", "MANAGED_INSTANCES"}) {
 		t.Errorf("base changed: %v", base)
