@@ -64,6 +64,39 @@ var authTableMore = map[string]authSpec{
 			_, err := b.inCluster("tasks", r.Cluster, r.Tasks, b.s.TaskID, b.s.ARNs.Task)
 			return err
 		}),
+
+	// Service deployments and revisions: List is checked against the
+	// service, the others against the deployments or revisions named.
+	"ListServiceDeployments": authOp("ecs:ListServiceDeployments", resService, keys(docResourceTag), keys(condCluster),
+		func(b *authBuild, r *shapes.ListServiceDeploymentsRequest) error {
+			_, _, err := b.service(r.Cluster, "service", r.Service)
+			return err
+		}),
+	"DescribeServiceDeployments": authOp("ecs:DescribeServiceDeployments", "each service deployment named", nil, keys(condCluster),
+		func(b *authBuild, r *shapes.DescribeServiceDeploymentsRequest) error {
+			return b.deploymentArns("serviceDeploymentArns", "service-deployment", r.ServiceDeploymentArns)
+		}),
+	"DescribeServiceRevisions": authOp("ecs:DescribeServiceRevisions", "each service revision named", nil, keys(condCluster),
+		func(b *authBuild, r *shapes.DescribeServiceRevisionsRequest) error {
+			return b.deploymentArns("serviceRevisionArns", "service-revision", r.ServiceRevisionArns)
+		}),
+	"StopServiceDeployment": authOp("ecs:StopServiceDeployment", "service deployment", nil, keys(condCluster),
+		func(b *authBuild, r *shapes.StopServiceDeploymentRequest) error {
+			return b.deploymentArns("serviceDeploymentArn", "service-deployment", []string{r.ServiceDeploymentArn})
+		}),
+}
+
+// deploymentArns adds service deployment or revision ARNs, each with its
+// cluster.
+func (b *authBuild) deploymentArns(field, typ string, arns []string) error {
+	for i, arn := range arns {
+		cluster, _, _, err := b.s.deploymentRef(fieldIndex(field, i), typ, arn)
+		if err != nil {
+			return err
+		}
+		b.resource(arn, map[string][]string{condCluster: {b.s.ARNs.Cluster(cluster)}})
+	}
+	return nil
 }
 
 // attributeTargets adds each attribute's target instance.

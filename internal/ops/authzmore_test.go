@@ -12,5 +12,9 @@ func init() {
 	authSamples["UpdateCluster"] = `{"cluster":"prod","settings":[{"name":"containerInsights","value":"enabled"}]}`
 	authSamples["GetTaskProtection"] = `{"cluster":"prod","tasks":["` + taskA + `"]}`
 	authSamples["UpdateTaskProtection"] = `{"cluster":"prod","tasks":["` + taskA + `"],"protectionEnabled":true}`
+	authSamples["ListServiceDeployments"] = `{"cluster":"prod","service":"api"}`
+	authSamples["DescribeServiceDeployments"] = `{"serviceDeploymentArns":["` + arnBase + `service-deployment/prod/api/1"]}`
+	authSamples["DescribeServiceRevisions"] = `{"serviceRevisionArns":["` + arnBase + `service-revision/prod/api/1"]}`
+	authSamples["StopServiceDeployment"] = `{"serviceDeploymentArn":"` + arnBase + `service-deployment/prod/api/1"}`
 	authSamples["UpdateClusterSettings"] = `{"cluster":"prod","settings":[{"name":"containerInsights","value":"enabled"}]}`
 }

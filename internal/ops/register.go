@@ -15,6 +15,7 @@ func (s *Service) Register(h *api.Handler) {
 	s.registerAccountSettings(h)
 	s.registerClusterUpdates(h)
 	s.registerProtection(h)
+	s.registerServiceDeployments(h)
 	s.registerTasks(h)
 	s.registerServices(h)
 	s.registerExtensions(h)
