@@ -14,7 +14,9 @@ echo "== go vet"
 go vet ./...
 
 echo "== go test -race"
-go test -race -count=1 -timeout 30m ./...
+# As JSON through a filter that prints what go test would, then which tests
+# skipped and why (pipefail keeps go test's status).
+go test -race -count=1 -timeout 30m -json ./... | python3 scripts/gotest_summary.py
 
 echo "== fuzz (brief)"
 # Budgets are counts of inputs (about 15 s each here), not durations: with a
