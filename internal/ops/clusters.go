@@ -135,6 +135,10 @@ func (s *Service) DescribeClusters(ctx context.Context, req *shapes.DescribeClus
 	}
 	out := &shapes.DescribeClustersResponse{Clusters: []shapes.Cluster{}, Failures: []shapes.Failure{}}
 	for i, ref := range refs {
+		if s.foreignARN(ref, "cluster") {
+			out.Failures = append(out.Failures, shapes.Failure{Arn: ref, Reason: "MISSING"})
+			continue
+		}
 		name, err := s.ARNs.ClusterName(fieldIndex("clusters", i), ref)
 		if err != nil {
 			return nil, err

@@ -141,6 +141,11 @@ func TestErrorsAsECS(t *testing.T) {
 	_, err = c.UpdateService(ctx, &ecs.UpdateServiceInput{Cluster: aws.String("apps"), Service: aws.String("nope"), DesiredCount: aws.Int32(0)})
 	wantECSExact(t, err, "ServiceNotFoundException", "Service not found.")
 
+	_, err = c.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String("apps"), Services: []string{}})
+	wantECSExact(t, err, "InvalidParameterException", "Services cannot be empty.")
+	_, err = c.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String("apps"), Task: aws.String("0123456789abcdef0123456789abcdef")})
+	wantECSExact(t, err, "InvalidParameterException", "The referenced task was not found.")
+
 	// An instance with a task not yet stopped: deregistering it without
 	// force is refused in ECS's words and leaves it registered.
 	ci := registerInstance(t, srv, "apps")
@@ -205,6 +210,16 @@ func TestDescribeForeignARNsAreFailures(t *testing.T) {
 		t.Errorf("service lists left out: %+v", s)
 	}
 
+	foreignCluster := "arn:aws:ecs:eu-west-1:123456789012:cluster/apps"
+	fc, err := c.DescribeClusters(ctx, &ecs.DescribeClustersInput{Clusters: []string{foreignCluster, "apps"}})
+	if err != nil || len(fc.Clusters) != 1 || len(fc.Failures) != 1 || aws.ToString(fc.Failures[0].Arn) != foreignCluster || aws.ToString(fc.Failures[0].Reason) != "MISSING" {
+		t.Fatalf("describe a cluster of another region: %+v %v", fc, err)
+	}
+	foreignInstance := "arn:aws:ecs:eu-west-1:123456789012:container-instance/apps/0123456789abcdef0123456789abcdef"
+	fi, err := c.DescribeContainerInstances(ctx, &ecs.DescribeContainerInstancesInput{Cluster: aws.String("apps"), ContainerInstances: []string{foreignInstance}})
+	if err != nil || len(fi.Failures) != 1 || aws.ToString(fi.Failures[0].Arn) != foreignInstance || aws.ToString(fi.Failures[0].Reason) != "MISSING" {
+		t.Fatalf("describe an instance of another region: %+v %v", fi, err)
+	}
 	foreignTask := "arn:aws:ecs:eu-west-1:123456789012:task/apps/0123456789abcdef0123456789abcdef"
 	tasks, err := c.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String("apps"), Tasks: []string{foreignTask}})
 	if err != nil || len(tasks.Failures) != 1 || aws.ToString(tasks.Failures[0].Arn) != foreignTask || aws.ToString(tasks.Failures[0].Reason) != "MISSING" {

@@ -208,6 +208,10 @@ func (s *Service) DescribeContainerInstances(ctx context.Context, req *shapes.De
 	found := make([]store.ContainerInstance, 0, len(req.ContainerInstances))
 	ids := make([]string, 0, len(req.ContainerInstances))
 	for i, ref := range req.ContainerInstances {
+		if s.foreignARN(ref, "container-instance") {
+			out.Failures = append(out.Failures, shapes.Failure{Arn: ref, Reason: "MISSING"})
+			continue
+		}
 		id, err := s.InstanceID(fieldIndex("containerInstances", i), cl.Value.ClusterName, ref)
 		if err != nil {
 			return nil, err

@@ -541,7 +541,10 @@ func (s *Service) DeleteService(ctx context.Context, req *shapes.DeleteServiceRe
 }
 
 func (s *Service) DescribeServices(ctx context.Context, req *shapes.DescribeServicesRequest) (*shapes.DescribeServicesResponse, error) {
-	if len(req.Services) == 0 || len(req.Services) > 10 {
+	if len(req.Services) == 0 {
+		return nil, fault.Invalid("", "Services cannot be empty.") // ECS's words
+	}
+	if len(req.Services) > 10 {
 		return nil, fault.Invalid("services", "must name 1 to 10 services")
 	}
 	type ref struct{ cluster, name string }

@@ -92,7 +92,7 @@ func (s *Service) StopTask(ctx context.Context, req *shapes.StopTaskRequest) (*s
 		}
 		it, err := store.Get[store.Task](ctx, s.Store, store.TaskKey(cl.Value.ClusterName, id))
 		if errors.Is(err, store.ErrNotFound) {
-			return fault.Invalid("task", "task %s not found in cluster %q", id, cl.Value.ClusterName)
+			return fault.Invalid("", "The referenced task was not found.") // ECS's words
 		}
 		if err != nil {
 			return err
