@@ -48,6 +48,7 @@ func runServer(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.EtcdCert, "etcd-cert", "", "PEM `file` of the client certificate presented to the external etcd (with --etcd-key)")
 	fs.StringVar(&cfg.EtcdKey, "etcd-key", "", "PEM `file` of the client certificate's key")
 	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "`file` of the key sealing the secrets kept in etcd, created on first start (default <data-dir>/secrets.key; servers sharing an etcd need the same)")
+	fs.StringVar(&cfg.SecretsPreviousKeyFile, "secrets-previous-key-file", "", "`file` of the key the secrets in etcd are sealed with now, when --secrets-key-file names a new one: this start seals them all anew with the new key (docs/security.md)")
 	fs.StringVar(&cfg.Region, "region", "us-east-1", "region in ARNs")
 	fs.StringVar(&cfg.AccountID, "account-id", server.DefaultAccountID, "12-digit account ID in ARNs")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")

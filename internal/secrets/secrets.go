@@ -39,6 +39,10 @@ type Box struct {
 
 	mu     sync.RWMutex
 	opened map[openKey]string
+
+	// prev opens values sealed under the key this one replaces, while
+	// they are sealed anew (WithPrevious).
+	prev *Box
 }
 
 // openKey is a value opened before: the record's ID and the sealed value.
@@ -64,6 +68,27 @@ func New(key []byte) (*Box, error) {
 // KeyID names the key (a hash of it, revealing nothing of it): values
 // sealed under another key are told apart by it.
 func (b *Box) KeyID() string { return b.id }
+
+// WithPrevious makes b open the values sealed under prev's key too, for
+// rotating keys: b seals under its own key only. The keys must differ.
+func (b *Box) WithPrevious(prev *Box) error {
+	if prev.id == b.id {
+		return errors.New("secrets: the previous key is the key itself")
+	}
+	b.prev = prev
+	return nil
+}
+
+// PreviousKeyIDs names the key given to WithPrevious, if any.
+func (b *Box) PreviousKeyIDs() []string {
+	if b.prev == nil {
+		return nil
+	}
+	return []string{b.prev.id}
+}
+
+// Current reports whether sealed was sealed under b's own key.
+func (b *Box) Current(sealed string) bool { return strings.HasPrefix(sealed, prefix+b.id+":") }
 
 // Seal encrypts secret bound to id (the record's access key ID): the
 // value opens only with the same id, so it cannot be moved to another
@@ -93,6 +118,9 @@ func (b *Box) Open(sealed, id string) (string, error) {
 	keyID, body, ok2 := strings.Cut(rest, ":")
 	if !ok || !ok2 {
 		return "", errors.New("secrets: not a sealed value")
+	}
+	if b.prev != nil && keyID == b.prev.id {
+		return b.prev.Open(sealed, id)
 	}
 	if keyID != b.id {
 		return "", fmt.Errorf("secrets: sealed under key %s, not this server's key %s", keyID, b.id)
@@ -165,6 +193,10 @@ func LoadOrCreate(path string) (b *Box, created bool, err error) {
 	b, err = New(key)
 	return b, err == nil, err
 }
+
+// Load reads the key file at path, which must exist; it is refused as
+// LoadOrCreate refuses it.
+func Load(path string) (*Box, error) { return load(path) }
 
 func load(path string) (*Box, error) {
 	f, err := os.Open(path)

@@ -61,8 +61,11 @@ type Config struct {
 	// SecretsKeyFile is the key the secrets in etcd are sealed with
 	// (default DataDir/secrets.key, created on first start).
 	SecretsKeyFile string
-	Region         string
-	AccountID      string
+	// SecretsPreviousKeyFile is the key SecretsKeyFile replaces: a start
+	// with both seals every secret anew under the new key.
+	SecretsPreviousKeyFile string
+	Region                 string
+	AccountID              string
 	// AdminKeyID and AdminSecret, when both set, are the administrator
 	// credential; otherwise one is generated and kept in DataDir.
 	AdminKeyID  string

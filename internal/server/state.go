@@ -65,6 +65,15 @@ func openStore(ctx context.Context, cfg *Config) (*store.Store, error) {
 	if created {
 		cfg.Log.Info("secrets key created; servers sharing this etcd need a copy (--secrets-key-file)", "file", keyFile, "key_id", box.KeyID())
 	}
+	if cfg.SecretsPreviousKeyFile != "" {
+		prev, err := secrets.Load(cfg.SecretsPreviousKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--secrets-previous-key-file: %w", err)
+		}
+		if err := box.WithPrevious(prev); err != nil {
+			return nil, fmt.Errorf("--secrets-previous-key-file %s holds the key of --secrets-key-file %s: give the new key to --secrets-key-file", cfg.SecretsPreviousKeyFile, keyFile)
+		}
+	}
 	st, err := store.Open(ctx, store.Config{
 		DataDir:   filepath.Join(cfg.DataDir, "etcd"),
 		Endpoints: cfg.EtcdEndpoints,
@@ -75,12 +84,13 @@ func openStore(ctx context.Context, cfg *Config) (*store.Store, error) {
 		Sealer:    box,
 	})
 	if errors.Is(err, store.ErrOtherKey) {
-		return nil, fmt.Errorf("--secrets-key-file %s: %w: servers sharing an etcd need the same key file", keyFile, err)
+		return nil, fmt.Errorf("--secrets-key-file %s: %w: servers sharing an etcd need the same key file (to rotate it, give the key in use as --secrets-previous-key-file)", keyFile, err)
 	}
 	return st, err
 }
 
-// sealSecrets seals the secrets an earlier version kept in the clear.
+// sealSecrets seals the secrets an earlier version kept in the clear, and
+// all of them anew when the key is being rotated.
 func sealSecrets(ctx context.Context, cfg *Config, svc *fleet.State, ids *iam.Store) error {
 	creds, err := svc.SealCredentials(ctx)
 	if err != nil {
@@ -89,6 +99,10 @@ func sealSecrets(ctx context.Context, cfg *Config, svc *fleet.State, ids *iam.St
 	keys, err := ids.SealAccessKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("seal access keys: %w", err)
+	}
+	if svc.Store.Rotating() {
+		cfg.Log.Info("secrets sealed anew with the new key; --secrets-previous-key-file is no longer needed", "agent_credentials", creds, "access_keys", keys)
+		return svc.Store.FinishRotation(ctx)
 	}
 	if creds+keys > 0 {
 		cfg.Log.Info("sealed secrets stored in the clear by an earlier version", "agent_credentials", creds, "access_keys", keys)

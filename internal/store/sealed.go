@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Sealer encrypts the secrets records hold before they go to etcd
@@ -29,6 +30,16 @@ type SecretRecord interface {
 	InClear() bool
 }
 
+// rotatingSealer is a Sealer that also opens values of the keys it
+// replaces (secrets.Box.WithPrevious).
+type rotatingSealer interface {
+	Sealer
+	// PreviousKeyIDs names the keys replaced.
+	PreviousKeyIDs() []string
+	// Current says sealed is under the Sealer's own key.
+	Current(sealed string) bool
+}
+
 type secretSealer interface{ SealSecrets(Sealer) (any, error) }
 
 type secretOpener interface{ OpenSecrets(Sealer) error }
@@ -44,7 +55,7 @@ func SealSecret(s Sealer, secret, sealed *string, id string) error {
 	if *secret == "" {
 		return nil
 	}
-	if *sealed != "" {
+	if rs, ok := s.(rotatingSealer); *sealed != "" && (!ok || rs.Current(*sealed)) {
 		if was, err := s.Open(*sealed, id); err == nil && was == *secret {
 			*secret = ""
 			return nil
@@ -93,9 +104,10 @@ func (s *Store) openIn(v any) error {
 }
 
 // Reseal rewrites sealed the records under prefix that hold their secret
-// in the clear, as a store written before secrets were sealed does; it
-// says how many it rewrote. A record changed meanwhile was rewritten,
-// hence sealed, by that writer.
+// in the clear, as a store written before secrets were sealed does, and
+// every one of them while the key is being rotated (Rotating); it says how
+// many it rewrote. A record changed meanwhile was rewritten, hence sealed,
+// by that writer.
 func Reseal[T any](ctx context.Context, s *Store, prefix string) (int, error) {
 	if _, ok := any(new(T)).(SecretRecord); !ok {
 		return 0, fmt.Errorf("store: %T holds no secret", *new(T))
@@ -109,7 +121,7 @@ func Reseal[T any](ctx context.Context, s *Store, prefix string) (int, error) {
 	}
 	n := 0
 	for _, it := range items {
-		if !any(&it.Value).(SecretRecord).InClear() {
+		if !s.rotating && !any(&it.Value).(SecretRecord).InClear() {
 			continue
 		}
 		_, err := s.Txn().Update(it.Key, it.Rev, it.Value).Commit(ctx)
@@ -151,11 +163,34 @@ func (s *Store) checkSealer(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if it.Value.KeyID != id {
-			return fmt.Errorf("%w: the secrets in etcd are sealed with key %s, and this key is %s", ErrOtherKey, it.Value.KeyID, id)
+		if it.Value.KeyID == id {
+			return nil
 		}
+		if rs, ok := s.sealer.(rotatingSealer); ok && slices.Contains(rs.PreviousKeyIDs(), it.Value.KeyID) {
+			s.rotating, s.sealerRev = true, it.Rev
+			return nil
+		}
+		return fmt.Errorf("%w: the secrets in etcd are sealed with key %s, and this key is %s", ErrOtherKey, it.Value.KeyID, id)
+	}
+}
+
+// Rotating says the secrets in etcd are sealed under a previous key of the
+// Sealer's: Reseal then rewrites every record, and FinishRotation records
+// the new key.
+func (s *Store) Rotating() bool { return s.rotating }
+
+// FinishRotation records the Sealer's key as the one the secrets in etcd
+// are sealed with, once every record holding one was resealed: from then
+// on a server with only the previous key is refused.
+func (s *Store) FinishRotation(ctx context.Context) error {
+	if !s.rotating {
 		return nil
 	}
+	if _, err := s.Txn().Update(sealerKey, s.sealerRev, sealerRecord{KeyID: s.sealer.KeyID()}).Commit(ctx); err != nil {
+		return fmt.Errorf("record the new secrets key: %w", err)
+	}
+	s.rotating = false
+	return nil
 }
 
 // ErrOtherKey means the store was given another key than the one the

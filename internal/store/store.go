@@ -74,6 +74,10 @@ type Store struct {
 	maxTxnOps int
 	sealer    Sealer
 	space     *space
+	// rotating: the secrets in etcd are sealed under a previous key of
+	// sealer's, recorded at sealerRev (sealed.go).
+	rotating  bool
+	sealerRev int64
 }
 
 // Open connects to etcd (starting the embedded member when no endpoints
