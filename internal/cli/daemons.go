@@ -54,13 +54,20 @@ and the rollout's batches with the extra capacity each needs. Exit 0.
 			{name: "deployments", args: "NAME|ARN [--cluster C] [--status S]...", summary: "Show the daemon's deployments, newest first.", details: daemonRefDetails, bind: daemonDeployments},
 			{name: "rollout", args: "status NAME|ARN [--deployment ARN] [--timeout D]", summary: "Follow a deployment until it ends.", details: `
 Shows the daemon's latest deployment (or --deployment) live until it ends.` + daemonRefDetails + "\n" + followHelp, bind: daemonRollout},
-			{name: "rollback", args: "NAME|ARN [--to-revision ARN] [--wait]", summary: "Deploy an earlier revision's settings again.", details: `
+			{name: "rollback", args: "NAME|ARN [--to-revision REV] [--wait]", summary: "Deploy an earlier revision's settings again.", details: `
 Starts a normal deployment (by instance replacement) to a new revision that
 has the settings of --to-revision, by default the revision before the
 current one: its task definition, capacity providers, deployment
 configuration, critical, tag propagation, managed tags and execute command.
-Revisions are immutable, so the history keeps the one rolled back from, and
-rolling back twice returns to it.` + daemonRefDetails + "\n" + followHelp, bind: daemonRollback},
+REV is a revision ARN, its short ID, FAMILY:REVISION of its task definition
+(the newest such revision that is not the current one) or its number in
+'capstan daemon history'. The command says which revision it goes back to
+before it starts. Revisions are immutable, so the history keeps the one
+rolled back from, and rolling back twice returns to it.` + daemonRefDetails + "\n" + followHelp, bind: daemonRollback},
+			{name: "history", args: "NAME|ARN [--cluster C]", summary: "List the daemon's revisions, newest first, with their deployments and outcomes.", details: `
+Revisions are numbered from 1, the oldest; * marks the latest deployment's
+target. The numbers, short IDs and FAMILY:REVISION names are what
+'rollback --to-revision' takes.` + daemonRefDetails, bind: daemonHistoryVerb},
 		},
 	}
 }
@@ -408,6 +415,14 @@ func daemonDescribe(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
+		labels := map[string]string{}
+		if !s.json() {
+			for _, r := range out.Daemon.CurrentRevisions {
+				if err := revisionLabels(ctx, c, labels, str(r.Arn)); err != nil {
+					return err
+				}
+			}
+		}
 		return s.show(out, func(w io.Writer) {
 			d := out.Daemon
 			cluster, name := daemonClusterName(str(d.DaemonArn))
@@ -424,10 +439,10 @@ func daemonDescribe(fs *flag.FlagSet) action {
 			tw := newTable(w, "REVISION", "CAPACITY PROVIDER", "RUNNING", "WITHOUT DAEMON")
 			for _, r := range d.CurrentRevisions {
 				if len(r.CapacityProviders) == 0 {
-					row(tw, lastSegment(str(r.Arn)), "", strconv.Itoa(int(r.TotalRunningCount)), strconv.Itoa(int(r.TotalWithoutDaemonCount)))
+					row(tw, revText(str(r.Arn), labels), "", strconv.Itoa(int(r.TotalRunningCount)), strconv.Itoa(int(r.TotalWithoutDaemonCount)))
 				}
 				for _, cp := range r.CapacityProviders {
-					row(tw, lastSegment(str(r.Arn)), lastSegment(str(cp.Arn)), strconv.Itoa(int(cp.RunningCount)), strconv.Itoa(int(cp.WithoutDaemonCount)))
+					row(tw, revText(str(r.Arn), labels), lastSegment(str(cp.Arn)), strconv.Itoa(int(cp.RunningCount)), strconv.Itoa(int(cp.WithoutDaemonCount)))
 				}
 			}
 			tw.Flush()
@@ -565,12 +580,24 @@ func daemonDeployments(fs *flag.FlagSet) action {
 		slices.SortStableFunc(all.DaemonDeployments, func(a, b types.DaemonDeployment) int {
 			return order[str(a.DaemonDeploymentArn)] - order[str(b.DaemonDeploymentArn)]
 		})
+		labels := map[string]string{}
+		if !s.json() {
+			var targets []string
+			for _, d := range all.DaemonDeployments {
+				if t := d.TargetDaemonRevision; t != nil {
+					targets = append(targets, str(t.Arn))
+				}
+			}
+			if err := revisionLabels(ctx, c, labels, targets...); err != nil {
+				return err
+			}
+		}
 		err := s.show(all, func(w io.Writer) {
 			tw := newTable(w, "DEPLOYMENT", "STATUS", "TARGET REVISION", "RUNNING", "DRAINING", "CREATED", "FINISHED", "REASON")
 			for _, d := range all.DaemonDeployments {
 				var target, run, drain string
 				if t := d.TargetDaemonRevision; t != nil {
-					target, run, drain = lastSegment(str(t.Arn)), i32(t.TotalRunningInstanceCount), i32(t.TotalDrainingInstanceCount)
+					target, run, drain = revText(str(t.Arn), labels), i32(t.TotalRunningInstanceCount), i32(t.TotalDrainingInstanceCount)
 				}
 				row(tw, lastSegment(str(d.DaemonDeploymentArn)), string(d.Status), target, run, drain,
 					ts(d.CreatedAt), ts(d.FinishedAt), str(d.StatusReason))

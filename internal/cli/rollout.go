@@ -64,6 +64,7 @@ type follower struct {
 	tty    bool
 	drawn  int    // lines of the block on screen
 	last   string // last line printed (plain and JSON)
+	labels map[string]string
 }
 
 // state reads the deployment: DescribeDaemonRollout, else the ECS record.
@@ -188,6 +189,13 @@ func (s *session) followRollout(ctx context.Context, daemonArn, depArn string, t
 			failures = 0
 			r = next
 			depArn = r.DaemonDeploymentArn // follow this one even if a newer one starts
+			if f.labels == nil {
+				f.labels = map[string]string{}
+			}
+			// Best effort: the block shows IDs alone without them.
+			if err := revisionLabels(ctx, s.ecs, f.labels, r.TargetDaemonRevisionArn, r.RollbackTargetDaemonRevisionArn); err == nil {
+				r.labels = f.labels
+			}
 			f.show(&r, raw, time.Now())
 			if ended(r.Status) {
 				return outcome(s, &r)
@@ -272,7 +280,7 @@ func daemonRollback(fs *flag.FlagSet) action {
 	var wait bool
 	var timeout time.Duration
 	fs.StringVar(&cluster, "cluster", "", "`cluster` of a daemon given by name")
-	fs.StringVar(&to, "to-revision", "", "daemon revision `ARN` to go back to (default: the one before the current)")
+	fs.StringVar(&to, "to-revision", "", "revision to go back to: `ARN`, short ID, FAMILY:REVISION or history number (default: the one before the current)")
 	fs.BoolVar(&wait, "wait", false, "follow the deployment until it ends (see exit codes)")
 	fs.DurationVar(&timeout, "timeout", 0, "with --wait, give up after `duration`, exit 6")
 	return func(ctx context.Context, s *session, args []string) error {
@@ -291,8 +299,38 @@ func daemonRollback(fs *flag.FlagSet) action {
 			return err
 		}
 		req := map[string]string{"daemonArn": arn}
-		if to != "" {
-			req["toRevisionArn"] = to
+		// Say what it goes back to before starting: the revision named,
+		// or the one before the current (the server's default, named
+		// explicitly so that what is said is what is done).
+		hist, err := daemonHistory(ctx, c, arn)
+		if err != nil {
+			return err
+		}
+		var target historyEntry
+		switch {
+		case to != "":
+			if target, err = findRevision(hist, to); err != nil {
+				return err
+			}
+		default:
+			for i, h := range hist {
+				if h.Current && i+1 < len(hist) {
+					target = hist[i+1]
+				}
+			}
+		}
+		if target.DaemonRevisionArn != "" {
+			req["toRevisionArn"] = target.DaemonRevisionArn
+			w := s.stdout
+			if s.json() {
+				w = s.stderr
+			}
+			if target.Number == 0 {
+				fmt.Fprintf(w, "Rolling back %s to revision %s\n", lastSegment(arn), lastSegment(target.DaemonRevisionArn))
+			} else {
+				fmt.Fprintf(w, "Rolling back %s to revision #%d %s (%s, created %s)\n", lastSegment(arn), target.Number,
+					lastSegment(target.DaemonRevisionArn), target.TaskDefinition, ts(&target.CreatedAt))
+			}
 		}
 		var raw json.RawMessage
 		if err := s.callExtension(ctx, "RollbackDaemon", req, &raw); err != nil {
@@ -318,8 +356,8 @@ func daemonRollback(fs *flag.FlagSet) action {
 			f.add("Status", out.Status)
 			f.add("Updated", ts(&out.UpdatedAt.Time))
 			f.add("Deployment", out.DeploymentArn)
-			if to != "" {
-				f.add("Settings of", to)
+			if target.DaemonRevisionArn != "" {
+				f.add("Settings of", revText(target.DaemonRevisionArn, map[string]string{target.DaemonRevisionArn: target.TaskDefinition})) // "" label: ID alone
 			}
 			f.flush()
 		}

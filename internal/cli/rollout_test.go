@@ -214,7 +214,7 @@ func TestDaemonRollback(t *testing.T) {
 		"daemon", "rollback", "cw", "--cluster", "c", "--to-revision", current)
 	h.fails(1, "InvalidParameterException: toRevisionArn: revision arn:aws:ecs:us-east-1:123456789012:daemon-revision/c/other/1 belongs to daemon",
 		"daemon", "rollback", "cw", "--cluster", "c", "--to-revision", "arn:aws:ecs:us-east-1:123456789012:daemon-revision/c/other/1")
-	h.fails(1, "InvalidParameterException: toRevisionArn: \"nope\" is not a daemon revision ARN",
+	h.fails(2, "--to-revision \"nope\": no revision in the daemon's history has that ID, task definition or number",
 		"daemon", "rollback", "cw", "--cluster", "c", "--to-revision", "nope")
 	// A revision whose task definition is gone cannot come back.
 	h.ok("daemon-task-definition", "delete", "cloudwatch-agent:2")

@@ -67,6 +67,8 @@ type rollout struct {
 	// legacy marks a rollout read from DescribeDaemonDeployments: no
 	// launching/remaining split, batch, stall or bake end.
 	legacy bool
+	// labels maps revision ARNs to family:revision, for the block.
+	labels map[string]string
 }
 
 type rolloutCP struct {
@@ -208,10 +210,10 @@ func rolloutBlock(r *rollout, now time.Time) []string {
 	}
 	f := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	if r.TargetDaemonRevisionArn != "" {
-		fmt.Fprintf(f, "  Target revision:\t%s\n", lastSegment(r.TargetDaemonRevisionArn))
+		fmt.Fprintf(f, "  Target revision:\t%s\n", revText(r.TargetDaemonRevisionArn, r.labels))
 	}
 	if r.RollbackTargetDaemonRevisionArn != "" {
-		fmt.Fprintf(f, "  Rolling back to:\t%s\n", lastSegment(r.RollbackTargetDaemonRevisionArn))
+		fmt.Fprintf(f, "  Rolling back to:\t%s\n", revText(r.RollbackTargetDaemonRevisionArn, r.labels))
 	}
 	if r.BatchSize > 0 {
 		fmt.Fprintf(f, "  Batch size:\t%d (%d replaced)\n", r.BatchSize, r.Replaced)
