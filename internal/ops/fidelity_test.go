@@ -248,6 +248,31 @@ func TestRequestsOfAnotherRegionRefused(t *testing.T) {
 	}
 }
 
+// The AWS CLI configured for another region gets AWS's refusal.
+func TestAWSCLIOtherRegionRefused(t *testing.T) {
+	if _, err := exec.LookPath("aws"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the aws CLI is required when CI is set: %v", err)
+		}
+		t.Skipf("the aws CLI is not installed: %v", err)
+	}
+	srv := testenv.StartServer(t, "")
+	cmd := exec.Command("aws", "ecs", "list-clusters", "--endpoint-url", srv.URL, "--region", "eu-west-1")
+	cmd.Env = srv.Env()
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("accepted a request signed for eu-west-1: %s", out)
+	}
+	if !strings.Contains(string(out), "InvalidSignatureException") || !strings.Contains(string(out), "Credential should be scoped to a valid region, not 'eu-west-1'.") {
+		t.Fatalf("aws CLI output: %s", out)
+	}
+	cmd = exec.Command("aws", "ecs", "list-clusters", "--endpoint-url", srv.URL, "--region", "us-east-1")
+	cmd.Env = srv.Env()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the server's own region: %v: %s", err, out)
+	}
+}
+
 // RunTask on a cluster whose only instance has no agent connected answers
 // per-instance failures, as ECS does, not an error; StartTask and RunTask
 // return the tasks' tags.
