@@ -20,7 +20,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/moby/moby/client"
 
+	"github.com/capstanhq/capstan/internal/agent/engine"
+	"github.com/capstanhq/capstan/internal/runtime/docker"
 	"github.com/capstanhq/capstan/internal/testenv"
 	"github.com/capstanhq/capstan/internal/testenv/agents"
 )
@@ -43,6 +46,14 @@ func TestTaskLogs(t *testing.T) {
 	stopped := f.run(oneshot)
 	f.waitStatus(stopped, "STOPPED", 60*time.Second)
 
+	// The agent keeps the output bounded on disk: rotated json-file.
+	in, err := f.rt.(*docker.Runtime).Client().ContainerInspect(context.Background(), f.containers(running)[0].ID, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lc := in.Container.HostConfig.LogConfig; lc.Type != "json-file" || lc.Config["max-size"] != engine.LogMaxSize || lc.Config["max-file"] != engine.LogMaxFile {
+		t.Fatalf("container log config %+v", lc)
+	}
 	eventually(t, 20*time.Second, "tick-3 in the running task's logs", func() bool {
 		out, _ := f.capstanOK("logs", running, "--cluster", f.cluster)
 		return strings.Contains(out, "tick-3")

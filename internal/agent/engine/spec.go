@@ -286,9 +286,7 @@ func buildSpec(in specInput) runtime.ContainerSpec {
 		}
 		s.Sysctls[sc.Namespace] = sc.Value
 	}
-	if lc := c.LogConfiguration; lc != nil {
-		s.LogDriver, s.LogOptions = lc.LogDriver, lc.Options
-	}
+	s.LogDriver, s.LogOptions = logConfig(c.LogConfiguration)
 	if h := c.HealthCheck; h != nil && len(h.Command) > 0 {
 		s.Healthcheck = &runtime.Healthcheck{
 			Test:        h.Command,

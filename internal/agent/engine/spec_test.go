@@ -85,7 +85,7 @@ func TestBuildSpec(t *testing.T) {
 		ShmSizeBytes:      128 << 20,
 		Healthcheck:       &runtime.Healthcheck{Test: []string{"CMD-SHELL", "true"}, Interval: 5 * time.Second, Timeout: 2 * time.Second, Retries: 3, StartPeriod: time.Second},
 		LogDriver:         "json-file",
-		LogOptions:        map[string]string{"max-size": "10m"},
+		LogOptions:        map[string]string{"max-size": "10m", "max-file": LogMaxFile},
 		StopTimeout:       7 * time.Second,
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -201,5 +201,35 @@ func TestContainerName(t *testing.T) {
 		if got := containerName(&def, tt.arn, "web"); got != tt.want {
 			t.Errorf("%s: %s, want %s", tt.arn, got, tt.want)
 		}
+	}
+}
+
+// TestLogConfig: output is rotated unless the definition chose a driver
+// that does not write files here, and the definition's own limits win.
+func TestLogConfig(t *testing.T) {
+	bounded := map[string]string{"max-size": LogMaxSize, "max-file": LogMaxFile}
+	for _, c := range []struct {
+		name   string
+		lc     *shapes.LogConfiguration
+		driver string
+		opts   map[string]string
+	}{
+		{"none given", nil, "json-file", bounded},
+		{"json-file without limits", &shapes.LogConfiguration{LogDriver: "json-file"}, "json-file", bounded},
+		{"local with its own size", &shapes.LogConfiguration{LogDriver: "local", Options: map[string]string{"max-size": "1m"}}, "local",
+			map[string]string{"max-size": "1m", "max-file": LogMaxFile}},
+		{"none", &shapes.LogConfiguration{LogDriver: "none"}, "none", nil},
+		{"syslog keeps its options", &shapes.LogConfiguration{LogDriver: "syslog", Options: map[string]string{"tag": "x"}}, "syslog",
+			map[string]string{"tag": "x"}},
+	} {
+		d, o := logConfig(c.lc)
+		if d != c.driver || !reflect.DeepEqual(o, c.opts) {
+			t.Errorf("%s: %s %v, want %s %v", c.name, d, o, c.driver, c.opts)
+		}
+	}
+	lc := &shapes.LogConfiguration{LogDriver: "json-file", Options: map[string]string{"labels": "a"}}
+	logConfig(lc)
+	if len(lc.Options) != 1 {
+		t.Errorf("the definition's options were changed: %v", lc.Options)
 	}
 }
