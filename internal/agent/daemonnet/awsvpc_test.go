@@ -3,6 +3,7 @@ package daemonnet_test
 import (
 	"encoding/json"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -155,4 +156,15 @@ func TestAwsvpcTasks(t *testing.T) {
 	if ok, out := hostGet(addrB, "8080"); !ok || !strings.Contains(out, "task-b") {
 		t.Fatalf("task b after task a stopped: %s", out)
 	}
+
+	// A holder of a task the agent does not know (left by a crash between
+	// a stop and the removal) is removed.
+	ghost := "arn:aws:ecs:us-east-1:123456789012:task/test/" + randomID()
+	if _, err := e.mgr.Attach(t.Context(), ghost, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the unknown task's holder removed", func() (bool, string) {
+		hs := e.taskHolders()
+		return len(hs) == 1 && hs[0].Labels[engine.LabelNetworkOf] == b.Arn, strconv.Itoa(len(hs)) + " holders"
+	})
 }

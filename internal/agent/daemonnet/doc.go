@@ -19,6 +19,15 @@
 //     versions) that no container uses and that are over an hour old are
 //     removed.
 //
+// Per awsvpc task, a holder of its own (Attach, Detach): the same pause
+// image, named capstan-<end of the task ID>-ns and labelled
+// com.capstan.role=task-namespace and com.capstan.network-of=<task ARN>,
+// on the instance network at an address Docker picks. The task's
+// containers join it by ID, so they have that address; its hosts file
+// (which they share) has "daemon". A running holder is adopted after an
+// agent restart; the engine detaches it once the task's containers have
+// stopped, and removes any whose task it does not know.
+//
 // The engine then runs daemon tasks in "container:<holder name>" (Docker
 // resolves the name when each container is created, so new daemons join
 // whichever holder is current), bridge tasks on the instance network, and
