@@ -55,8 +55,12 @@ func compatibilities(required []string) []string {
 	return out
 }
 
+// fillTask gives a task ECS's lists; tags are [] also when the caller did
+// not ask for them, as ECS answers.
 func fillTask(v *shapes.Task) {
 	v.Attachments = orEmpty(v.Attachments)
+	v.Attributes = orEmpty(v.Attributes)
+	v.Tags = orEmpty(v.Tags)
 	v.Containers = slices.Clone(orEmpty(v.Containers))
 	for i := range v.Containers {
 		c := &v.Containers[i]

@@ -350,6 +350,11 @@ func TestRunTaskWithoutAgentAndTags(t *testing.T) {
 	if err != nil || len(dt.Tasks) != 1 || len(dt.Tasks[0].Tags) != 1 || aws.ToString(dt.Tasks[0].Tags[0].Key) != "team" {
 		t.Fatalf("task tags after tag and untag: %+v %v", dt, err)
 	}
+	// Without TAGS, ECS answers tags [] (aws-cli's describe-tasks example).
+	dt, err = c.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String("apps"), Tasks: []string{taskArn}})
+	if err != nil || len(dt.Tasks) != 1 || dt.Tasks[0].Tags == nil || len(dt.Tasks[0].Tags) != 0 || dt.Failures == nil {
+		t.Fatalf("describe without TAGS: %+v %v", dt, err)
+	}
 
 	// A re-registration without totalResources keeps what was registered;
 	// a new instance without them is refused, naming the member.

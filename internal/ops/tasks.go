@@ -234,11 +234,10 @@ func (s *Service) ListTasks(ctx context.Context, req *shapes.ListTasksRequest) (
 }
 
 // launched is the tasks RunTask and StartTask return, with their tags
-// (ECS returns them, [] when there are none) and ECS's empty lists.
+// and ECS's empty lists.
 func launched(tasks []shapes.Task) []shapes.Task {
 	out := make([]shapes.Task, len(tasks))
 	for i, t := range tasks {
-		t.Tags = orEmpty(t.Tags)
 		fillTask(&t)
 		out[i] = t
 	}
