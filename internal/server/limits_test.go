@@ -3,12 +3,14 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +199,47 @@ func TestSimProvisionerRefusesTLS(t *testing.T) {
 			t.Fatalf("sim with TLS: %v", err)
 		}
 	}
+}
+
+// Under TLS the limits count the same: the tracker is found under the TLS
+// connection, the handshake counts as the request's first bytes, and a
+// request over the cap gets its ThrottlingException over TLS.
+func TestLimitsUnderTLS(t *testing.T) {
+	lim := newLimits(10, 1, slog.New(slog.DiscardHandler))
+	hold := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/verified", func(w http.ResponseWriter, r *http.Request) {
+		api.Marking(acceptAll{}).Verify(r.Context(), r, nil)
+		<-hold
+	})
+	mux.HandleFunc("/body", func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
+	ts := httptest.NewUnstartedServer(lim.handler(mux))
+	ts.Listener = lim.listener(ts.Listener)
+	ts.Config.ConnContext, ts.Config.ConnState = lim.connContext, lim.connState
+	ts.StartTLS()
+	defer ts.Close()
+	defer close(hold)
+	client := ts.Client()
+	go client.Get(ts.URL + "/verified")
+	waitFor(t, "the verified request", func() bool { return lim.conns.Load() == 1 && lim.unauth.Load() == 0 })
+
+	raw, err := tls.Dial("tcp", ts.Listener.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	fmt.Fprintf(raw, "POST /body HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nabc")
+	waitFor(t, "the stalled TLS request to hold the slot", func() bool { return lim.unauth.Load() == 1 })
+
+	resp, err := client.Post(ts.URL+"/body", "application/x-amz-json-1.1", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(body), `"__type":"ThrottlingException"`) {
+		t.Fatalf("over the cap under TLS: %d %s", resp.StatusCode, body)
+	}
+	raw.Close()
+	waitFor(t, "the slot back", func() bool { return lim.unauth.Load() == 0 })
 }
