@@ -35,11 +35,13 @@ type preview struct {
 	CurrentRevisionArn string          `json:"currentRevisionArn"`
 	Resets             []settingChange `json:"resets"`
 	Changes            []settingChange `json:"changes"`
-	InstancesInScope   int             `json:"instancesInScope"`
-	InstancesToReplace int             `json:"instancesToReplace"`
-	DrainPercent       float64         `json:"drainPercent"`
-	BatchSize          int             `json:"batchSize"`
-	Batches            []struct {
+	// TaskDefinitionChanges: the task definition's fields that change.
+	TaskDefinitionChanges []fieldChange `json:"taskDefinitionChanges"`
+	InstancesInScope      int           `json:"instancesInScope"`
+	InstancesToReplace    int           `json:"instancesToReplace"`
+	DrainPercent          float64       `json:"drainPercent"`
+	BatchSize             int           `json:"batchSize"`
+	Batches               []struct {
 		Instances []struct {
 			ContainerInstanceArn string `json:"containerInstanceArn"`
 			CapacityProviderName string `json:"capacityProviderName"`
@@ -48,6 +50,13 @@ type preview struct {
 		ExtraCPU    int64 `json:"extraCpu"`
 		ExtraMemory int64 `json:"extraMemory"`
 	} `json:"batches"`
+}
+
+type fieldChange struct {
+	Field   string `json:"field"`
+	Change  string `json:"change"`
+	Current any    `json:"current"`
+	New     any    `json:"new"`
 }
 
 type settingChange struct {
@@ -121,6 +130,21 @@ func renderPreview(w io.Writer, p *preview) {
 				nw += " (default)"
 			}
 			row(tw, "  "+c.Setting, valueText(c.Setting, c.Current), nw)
+		}
+		tw.Flush()
+	}
+	if len(p.TaskDefinitionChanges) > 0 {
+		fmt.Fprintln(w, "\nTask definition, field by field (+ added, - removed, ~ changed):")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, c := range p.TaskDefinitionChanges {
+			switch c.Change {
+			case "added":
+				fmt.Fprintf(tw, "  +\t%s\t%s\n", c.Field, fieldText(c.New))
+			case "removed":
+				fmt.Fprintf(tw, "  -\t%s\t%s\n", c.Field, fieldText(c.Current))
+			default:
+				fmt.Fprintf(tw, "  ~\t%s\t%s -> %s%s\n", c.Field, fieldText(c.Current), fieldText(c.New), direction(c.Current, c.New))
+			}
 		}
 		tw.Flush()
 	}
@@ -200,4 +224,47 @@ func valueText(setting string, v any) string {
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// fieldText shows a task definition value: NAME=VALUE for a variable,
+// plain text for a string, JSON otherwise.
+func fieldText(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case map[string]any:
+		n, nok := x["name"].(string)
+		val, vok := x["value"].(string)
+		if nok && vok && len(x) == 2 {
+			return n + "=" + val
+		}
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// direction says whether a number (memory, CPU; the API gives task sizes
+// as strings) went up or down.
+func direction(a, b any) string {
+	num := func(v any) (float64, bool) {
+		switch x := v.(type) {
+		case float64:
+			return x, true
+		case string:
+			f, err := strconv.ParseFloat(x, 64)
+			return f, err == nil
+		}
+		return 0, false
+	}
+	x, ok1 := num(a)
+	y, ok2 := num(b)
+	switch {
+	case !ok1 || !ok2 || x == y:
+		return ""
+	case y > x:
+		return " (raised)"
+	}
+	return " (lowered)"
 }

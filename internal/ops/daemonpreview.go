@@ -74,6 +74,9 @@ type PreviewDaemonUpdateResponse struct {
 	// Changes are all settings that differ from the current revision,
 	// resets included.
 	Changes []SettingChange `json:"changes"`
+	// TaskDefinitionChanges detail a change of daemon task definition
+	// field by field (image, environment variables, memory, ...).
+	TaskDefinitionChanges []FieldChange `json:"taskDefinitionChanges"`
 	// CurrentConfiguration is the current revision as an UpdateDaemon
 	// request: sending it back changes nothing but starts a deployment.
 	CurrentConfiguration shapes.UpdateDaemonRequest `json:"currentConfiguration"`
@@ -115,6 +118,16 @@ func (s *Service) PreviewDaemonUpdate(ctx context.Context, req *shapes.UpdateDae
 	out := &PreviewDaemonUpdateResponse{DaemonArn: d.Arn, CurrentRevisionArn: rev.DaemonRevisionArn,
 		CurrentConfiguration: revisionRequest(d.Arn, rev)}
 	out.Changes, out.Resets = diffSpecs(cur, next, req)
+	out.TaskDefinitionChanges = []FieldChange{}
+	if cur.TaskDefinitionArn != next.TaskDefinitionArn {
+		// The current definition may have been deleted since; then
+		// there is nothing to compare with, and the ARN change says it.
+		a, aerr := s.daemonTaskDefinition(ctx, "daemonTaskDefinitionArn", cur.TaskDefinitionArn)
+		b, berr := s.daemonTaskDefinition(ctx, "daemonTaskDefinitionArn", next.TaskDefinitionArn)
+		if aerr == nil && berr == nil {
+			out.TaskDefinitionChanges = diffDefinitions(a.Value.DaemonTaskDefinition, b.Value.DaemonTaskDefinition)
+		}
+	}
 
 	scope := slices.Clone(next.CapacityProviderArns)
 	for _, cp := range cur.CapacityProviderArns {
