@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -159,6 +161,17 @@ func (c *trackedConn) Close() error {
 		c.l.conns.Add(-1)
 	}
 	return c.Conn.Close()
+}
+
+// SyscallConn is the socket's, so that code taking the connection over
+// (the agents' sessions park their reads on it) sees the socket through
+// the tracker.
+func (c *trackedConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.New("not a socket")
+	}
+	return sc.SyscallConn()
 }
 
 // tracked is the trackedConn under c (a TLS connection's included).

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,6 +92,14 @@ func TestLimitsBeforeAuthentication(t *testing.T) {
 	verified := dial(t, addr)
 	fmt.Fprintf(verified, "GET /verified HTTP/1.1\r\nHost: x\r\n\r\n")
 	waitFor(t, "the verified request to hold nothing", func() bool { return lim.conns.Load() == 1 && lim.unauth.Load() == 0 })
+
+	// The socket shows through the tracker: the agents' sessions park
+	// their reads on it once they take the connection over.
+	if sc, ok := any(&trackedConn{Conn: verified}).(syscall.Conn); !ok {
+		t.Fatal("a tracked connection hides its socket")
+	} else if _, err := sc.SyscallConn(); err != nil {
+		t.Fatalf("the socket under a tracked connection: %v", err)
+	}
 
 	// A single byte takes a slot; so does a body still coming.
 	partial := dial(t, addr)
