@@ -174,6 +174,16 @@ func (c *trackedConn) SyscallConn() (syscall.RawConn, error) {
 	return sc.SyscallConn()
 }
 
+// CloseWrite half-closes the socket: net/http does so before it closes a
+// connection whose request it did not read, so that the client reads the
+// answer rather than a reset.
+func (c *trackedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // tracked is the trackedConn under c (a TLS connection's included).
 func tracked(c net.Conn) *trackedConn {
 	if tc, ok := c.(*tls.Conn); ok {

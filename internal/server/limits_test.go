@@ -101,6 +101,10 @@ func TestLimitsBeforeAuthentication(t *testing.T) {
 		t.Fatalf("the socket under a tracked connection: %v", err)
 	}
 
+	if _, ok := any(&trackedConn{Conn: verified}).(interface{ CloseWrite() error }); !ok {
+		t.Fatal("a tracked connection cannot be half-closed")
+	}
+
 	// A single byte takes a slot; so does a body still coming.
 	partial := dial(t, addr)
 	partial.Write([]byte("P"))
