@@ -84,6 +84,83 @@ var authTableMore = map[string]authSpec{
 		func(b *authBuild, r *shapes.StopServiceDeploymentRequest) error {
 			return b.deploymentArns("serviceDeploymentArn", "service-deployment", []string{r.ServiceDeploymentArn})
 		}),
+
+	// Operations answered as ECS does without the feature (unavailable.go),
+	// still authorized as ECS authorizes them.
+	"CreateTaskSet": authOp("ecs:CreateTaskSet", resService, keys(docResourceTag), keys(condCluster),
+		func(b *authBuild, r *shapes.CreateTaskSetRequest) error {
+			return b.taskSetService(r.Cluster, r.Service)
+		}),
+	"DeleteTaskSet": authOp("ecs:DeleteTaskSet", resService, keys(docResourceTag), keys(condCluster),
+		func(b *authBuild, r *shapes.DeleteTaskSetRequest) error {
+			return b.taskSetService(r.Cluster, r.Service)
+		}),
+	"DescribeTaskSets": authOp("ecs:DescribeTaskSets", resService, keys(docResourceTag), keys(condCluster),
+		func(b *authBuild, r *shapes.DescribeTaskSetsRequest) error {
+			return b.taskSetService(r.Cluster, r.Service)
+		}),
+	"UpdateTaskSet": authOp("ecs:UpdateTaskSet", resService, keys(docResourceTag), keys(condCluster),
+		func(b *authBuild, r *shapes.UpdateTaskSetRequest) error {
+			return b.taskSetService(r.Cluster, r.Service)
+		}),
+	"UpdateServicePrimaryTaskSet": authOp("ecs:UpdateServicePrimaryTaskSet", resService, keys(docResourceTag), keys(condCluster),
+		func(b *authBuild, r *shapes.UpdateServicePrimaryTaskSetRequest) error {
+			return b.taskSetService(r.Cluster, r.Service)
+		}),
+	"ContinueServiceDeployment": authOp("ecs:ContinueServiceDeployment", "service deployment", nil, keys(condCluster),
+		func(b *authBuild, r *shapes.ContinueServiceDeploymentRequest) error {
+			return b.deploymentArns("serviceDeploymentArn", "service-deployment", []string{r.ServiceDeploymentArn})
+		}),
+	"ExecuteCommand": authOp("ecs:ExecuteCommand", "task", keys(condCluster), nil,
+		func(b *authBuild, r *shapes.ExecuteCommandRequest) error {
+			_, err := b.inCluster("task", r.Cluster, []string{r.Task}, b.s.TaskID, b.s.ARNs.Task)
+			return err
+		}),
+	"ListServicesByNamespace": authOp("ecs:ListServicesByNamespace", resAll, nil, nil,
+		func(*authBuild, *shapes.ListServicesByNamespaceRequest) error { return nil }),
+	"SubmitTaskStateChange": authOp("ecs:SubmitTaskStateChange", resCluster, keys(docResourceTag), keys(condCluster),
+		func(b *authBuild, r *shapes.SubmitTaskStateChangeRequest) error {
+			_, _, err := b.cluster("cluster", r.Cluster)
+			return err
+		}),
+	"SubmitContainerStateChange": authOp("ecs:SubmitContainerStateChange", resCluster, keys(docResourceTag), keys(condCluster),
+		func(b *authBuild, r *shapes.SubmitContainerStateChangeRequest) error {
+			_, _, err := b.cluster("cluster", r.Cluster)
+			return err
+		}),
+	"SubmitAttachmentStateChanges": authOp("ecs:SubmitAttachmentStateChanges", resCluster, keys(docResourceTag), keys(condCluster),
+		func(b *authBuild, r *shapes.SubmitAttachmentStateChangesRequest) error {
+			_, _, err := b.cluster("cluster", r.Cluster)
+			return err
+		}),
+	"UpdateContainerAgent": authOp("ecs:UpdateContainerAgent", "container instance", keys(condCluster), nil,
+		func(b *authBuild, r *shapes.UpdateContainerAgentRequest) error {
+			_, err := b.inCluster("containerInstance", r.Cluster, []string{r.ContainerInstance}, b.s.InstanceID, b.s.ARNs.ContainerInstance)
+			return err
+		}),
+	"CreateExpressGatewayService": authOp("ecs:CreateExpressGatewayService", resAll, nil, nil,
+		func(*authBuild, *shapes.CreateExpressGatewayServiceRequest) error { return nil }),
+	"DescribeExpressGatewayService": authOp("ecs:DescribeExpressGatewayService", "the service named", nil, nil,
+		func(b *authBuild, r *shapes.DescribeExpressGatewayServiceRequest) error {
+			b.resource(r.ServiceArn, nil)
+			return nil
+		}),
+	"UpdateExpressGatewayService": authOp("ecs:UpdateExpressGatewayService", "the service named", nil, nil,
+		func(b *authBuild, r *shapes.UpdateExpressGatewayServiceRequest) error {
+			b.resource(r.ServiceArn, nil)
+			return nil
+		}),
+	"DeleteExpressGatewayService": authOp("ecs:DeleteExpressGatewayService", "the service named", nil, nil,
+		func(b *authBuild, r *shapes.DeleteExpressGatewayServiceRequest) error {
+			b.resource(r.ServiceArn, nil)
+			return nil
+		}),
+}
+
+// taskSetService adds the service a task set call names.
+func (b *authBuild) taskSetService(cluster, service string) error {
+	_, _, err := b.service(cluster, "service", service)
+	return err
 }
 
 // deploymentArns adds service deployment or revision ARNs, each with its

@@ -16,6 +16,7 @@ func (s *Service) Register(h *api.Handler) {
 	s.registerClusterUpdates(h)
 	s.registerProtection(h)
 	s.registerServiceDeployments(h)
+	s.registerUnavailable(h)
 	s.registerTasks(h)
 	s.registerServices(h)
 	s.registerExtensions(h)
