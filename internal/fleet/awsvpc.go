@@ -72,3 +72,16 @@ func fargateOnly(def shapes.TaskDefinition) bool {
 	return taskdef.RequiresFargate(def.RequiresCompatibilities) &&
 		!slices.Contains(def.RequiresCompatibilities, "EC2") && !slices.Contains(def.RequiresCompatibilities, "EXTERNAL")
 }
+
+// deletedAttachments is attachments as a task stopped without its agent
+// shows them: gone with the task.
+func deletedAttachments(as []shapes.Attachment) []shapes.Attachment {
+	if as == nil {
+		return nil
+	}
+	out := slices.Clone(as)
+	for i := range out {
+		out[i].Status = protocol.AttachmentDeleted
+	}
+	return out
+}

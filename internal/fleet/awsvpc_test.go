@@ -2,10 +2,12 @@ package fleet
 
 import (
 	"testing"
+	"time"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/store"
 )
 
 func TestCheckNetworkConfiguration(t *testing.T) {
@@ -79,5 +81,16 @@ func TestFargateOnly(t *testing.T) {
 		if got := fargateOnly(shapes.TaskDefinition{RequiresCompatibilities: c.req}); got != c.want {
 			t.Errorf("%v: %v", c.req, got)
 		}
+	}
+}
+
+func TestMarkStoppedDeletesAttachments(t *testing.T) {
+	const arn = "arn:aws:ecs:us-east-1:123456789012:task/c/abc"
+	as := taskAttachments(arn, "awsvpc", nil)
+	tk := store.Task{}
+	tk.Attachments = as
+	(&State{Now: time.Now}).markStopped(&tk)
+	if tk.Attachments[0].Status != protocol.AttachmentDeleted || as[0].Status != protocol.AttachmentPrecreated {
+		t.Fatalf("after markStopped %+v; the record read was %+v", tk.Attachments, as)
 	}
 }
