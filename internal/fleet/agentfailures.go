@@ -31,3 +31,15 @@ func (s *State) agentFailures(ctx context.Context, cluster string) ([]shapes.Fai
 	}
 	return out, nil
 }
+
+// placementFailure is a RunTask failure for a task that fit nowhere: ECS's
+// reason code (RESOURCE:MEMORY, RESOURCE:CPU, RESOURCE:PORTS), which
+// scripts compare, with Capstan's explanation as the detail.
+func placementFailure(why string) shapes.Failure {
+	code, _, _ := strings.Cut(why, "; ")
+	code, _, _ = strings.Cut(code, " (")
+	if code == why {
+		return shapes.Failure{Reason: why}
+	}
+	return shapes.Failure{Reason: code, Detail: why}
+}

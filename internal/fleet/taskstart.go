@@ -404,6 +404,9 @@ func (s *State) StartTasks(ctx context.Context, r TaskRequest) ([]shapes.Task, [
 				}
 				if c == nil {
 					f := shapes.Failure{Reason: why}
+					if r.owner == nil {
+						f = placementFailure(why)
+					}
 					if r.Instances != nil {
 						f.Arn = s.ARNs.ContainerInstance(cluster, pool[0].id)
 					}
@@ -636,7 +639,6 @@ func (s *State) markStopped(t *store.Task) {
 			t.Containers[i].LastStatus = "STOPPED"
 		}
 	}
-	t.Attachments = deletedAttachments(t.Attachments)
 }
 
 // ECS answers a reference to a task definition it cannot find with a

@@ -454,3 +454,25 @@ print(json.dumps(out))
 		t.Errorf("messages %v", got)
 	}
 }
+
+// A task that fits on no instance is a failure with ECS's reason code;
+// Capstan's explanation is the detail.
+func TestRunTaskResourceFailureReason(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartServer(t, "")
+	c := srv.ECS()
+	if _, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("apps")}); err != nil {
+		t.Fatal(err)
+	}
+	registerInstance(t, srv, "apps") // 2048 CPU units, 4096 MiB, agent connected
+	td := tdRegister(t, c, &ecs.RegisterTaskDefinitionInput{Family: aws.String("big"),
+		ContainerDefinitions: []types.ContainerDefinition{{Name: aws.String("big"), Image: aws.String("busybox"), Memory: aws.Int32(8192)}}})
+	run, err := c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("apps"), TaskDefinition: td.TaskDefinitionArn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Tasks) != 0 || len(run.Failures) != 1 || aws.ToString(run.Failures[0].Reason) != "RESOURCE:MEMORY" ||
+		!strings.Contains(aws.ToString(run.Failures[0].Detail), "8192") {
+		t.Fatalf("RunTask answer %+v", run.Failures)
+	}
+}
