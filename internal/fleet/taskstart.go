@@ -639,6 +639,7 @@ func (s *State) markStopped(t *store.Task) {
 			t.Containers[i].LastStatus = "STOPPED"
 		}
 	}
+	t.Attachments = deletedAttachments(t.Attachments)
 }
 
 // ECS answers a reference to a task definition it cannot find with a
