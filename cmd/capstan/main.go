@@ -64,9 +64,11 @@ Usage:
                                 daemon and service (from the source tree)
   capstan etcd [flags]          run an etcd member with the embedded one's
                                 settings, for servers with --etcd-endpoints
-  capstan <noun> <verb> [flags] manage resources (cluster, capacity-provider,
-                                task-definition, daemon-task-definition, daemon,
-                                agent-credential)
+  capstan <noun> <verb> [flags] manage resources (cluster, service, task, instance,
+                                daemon, capacity-provider, task-definition,
+                                daemon-task-definition, agent-credential, user,
+                                group, policy)
+  capstan events [flags]        the cluster's events (--follow to keep reading)
 
 Run 'capstan server -h' or 'capstan <noun> -h' for details.
 `
