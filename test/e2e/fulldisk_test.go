@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 	"github.com/aws/smithy-go"
@@ -75,18 +77,22 @@ func httpGet(t *testing.T, url string) (int, string) {
 func TestFullDiskRefusesWritesAndRecovers(t *testing.T) {
 	fs := mountTmpfs(t, "64m")
 	p := startServerProcess(t, freeAddr(t), "--data-dir", filepath.Join(fs, "data"), "--provisioner", "none")
-	c := p.client()
+	// No retries: a reset must fail the test, not be tried again.
+	c := ecs.New(ecs.Options{Region: "us-east-1", BaseEndpoint: aws.String("http://" + p.addr),
+		Credentials: credentials.NewStaticCredentialsProvider(testKey, testSecret, ""), Retryer: aws.NopRetryer{}})
+	// Reads and setup retry what the SDK's transport loses (see below).
+	rc := p.client()
 	ctx := context.Background()
-	if _, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("before")}); err != nil {
+	if _, err := rc.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("before")}); err != nil {
 		t.Fatal(err)
 	}
 	// A service that cannot place its task (no instances): its controller
 	// keeps writing events, which the full disk refuses.
-	if _, err := c.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String("web"), ContainerDefinitions: []types.ContainerDefinition{{
+	if _, err := rc.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String("web"), ContainerDefinitions: []types.ContainerDefinition{{
 		Name: aws.String("web"), Image: aws.String("busybox"), Memory: aws.Int32(16)}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String("before"), ServiceName: aws.String("web"),
+	if _, err := rc.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String("before"), ServiceName: aws.String("web"),
 		TaskDefinition: aws.String("web"), DesiredCount: aws.Int32(1)}); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +106,13 @@ func TestFullDiskRefusesWritesAndRecovers(t *testing.T) {
 		out, err := c.RegisterTaskDefinition(ctx, bulkyDefinition(fmt.Sprintf("fill-%d", i)))
 		if err == nil {
 			acked = append(acked, *out.TaskDefinition.TaskDefinitionArn)
+			continue
+		}
+		var re *awshttp.ResponseError
+		if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusOK {
+			// Answered 200, the body then lost by the Go SDK's transport
+			// ("use of closed network connection"): seen at this pace on
+			// any fast disk, full or not. Neither acknowledged nor refused.
 			continue
 		}
 		var ae smithy.APIError
@@ -124,11 +137,11 @@ func TestFullDiskRefusesWritesAndRecovers(t *testing.T) {
 	}
 
 	// Reads answer.
-	lc, err := c.ListClusters(ctx, &ecs.ListClustersInput{})
+	lc, err := rc.ListClusters(ctx, &ecs.ListClustersInput{})
 	if err != nil || len(lc.ClusterArns) != 1 || !strings.HasSuffix(lc.ClusterArns[0], "/before") {
 		t.Fatalf("ListClusters on a full disk: %v %v", lc, err)
 	}
-	if _, err := c.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String(acked[0])}); err != nil {
+	if _, err := rc.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String(acked[0])}); err != nil {
 		t.Fatalf("DescribeTaskDefinition on a full disk: %v", err)
 	}
 	code, body := httpGet(t, "http://"+p.addr+"/healthz")
@@ -161,7 +174,7 @@ func TestFullDiskRefusesWritesAndRecovers(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("after")})
+		_, err := rc.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("after")})
 		if err == nil {
 			break
 		}
@@ -170,15 +183,15 @@ func TestFullDiskRefusesWritesAndRecovers(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if out, err := c.RegisterTaskDefinition(ctx, bulkyDefinition("after")); err != nil || out.TaskDefinition.Revision != 1 {
+	if out, err := rc.RegisterTaskDefinition(ctx, bulkyDefinition("after")); err != nil || out.TaskDefinition.Revision != 1 {
 		t.Fatalf("RegisterTaskDefinition after recovery: %v", err)
 	}
 	for _, arn := range acked {
-		if _, err := c.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String(arn)}); err != nil {
+		if _, err := rc.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String(arn)}); err != nil {
 			t.Fatalf("acknowledged %s lost: %v", arn, err)
 		}
 	}
-	ds, err := c.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String("before"), Services: []string{"web"}})
+	ds, err := rc.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String("before"), Services: []string{"web"}})
 	if err != nil || len(ds.Services) != 1 {
 		t.Fatalf("service written before the disk filled: %v %v", ds, err)
 	}
