@@ -39,6 +39,9 @@ const (
 	// (it preallocates the WAL's next file). Less than writeReserve, so a
 	// server stopped while refusing writes starts again.
 	startReserve = walSegmentBytes + spareBytes/2
+	// spaceHysteresis is how much more than writeReserve must be free
+	// for refused writes to resume.
+	spaceHysteresis = 1 << 20
 	// spaceCheckEvery is how often the store looks at the disk and the
 	// alarms when no write does.
 	spaceCheckEvery = time.Second
@@ -145,7 +148,13 @@ func (sp *space) checkDisk(need int64) error {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sp.free = free
-	if free-need >= writeReserve {
+	limit := int64(writeReserve)
+	if sp.disk != "" {
+		// Writes resume with a little more than they stopped at, so that
+		// free space hovering at the line does not flip them on and off.
+		limit += spaceHysteresis
+	}
+	if free-need >= limit {
 		if sp.disk != "" {
 			sp.disk = ""
 			sp.log.Warn("the state store has space again: writes resume", "free_mib", free>>20, "dir", sp.dir)

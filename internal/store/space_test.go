@@ -70,7 +70,11 @@ func TestDiskGuardRefusesWritesUntilSpaceReturns(t *testing.T) {
 	if st := sp.state(); !st.OutOfSpace || !strings.Contains(st.Reason, "disk is full") {
 		t.Fatalf("state on a full disk: %+v", st)
 	}
-	free = writeReserve + 1<<20
+	free = writeReserve + spaceHysteresis - 1
+	if err := sp.checkDisk(0); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("writes resumed at the line they stopped at: %v", err)
+	}
+	free = writeReserve + spaceHysteresis
 	if err := sp.checkDisk(0); err != nil {
 		t.Fatalf("check after space returned: %v", err)
 	}
