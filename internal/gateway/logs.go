@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -25,11 +26,19 @@ const logQueue = protocol.LogMaxBytes/protocol.LogChunkBytes + 4
 
 var logIDs atomic.Uint64
 
+var errLogOverflow = errors.New("the agent sent more than the log request's window")
+
 // logRequests are a session's log requests in progress.
 type logRequests struct {
 	mu   sync.Mutex
-	reqs map[uint64]chan protocol.Message
+	reqs map[uint64]*logRequest
 	done bool // the session ended
+}
+
+type logRequest struct {
+	q        chan protocol.Message
+	routed   int  // messages routed so far
+	overflow bool // the agent sent more than the window; q is closed
 }
 
 var logSlots = make(chan struct{}, maxLogRequests)
@@ -54,16 +63,16 @@ func (g *Gateway) Logs(ctx context.Context, cluster, instance string, req protoc
 		return protocol.LogEnd{}, protocol.ErrLogsBusy
 	}
 	req.ID = logIDs.Add(1)
-	q := make(chan protocol.Message, logQueue)
+	r := &logRequest{q: make(chan protocol.Message, logQueue)}
 	s.logs.mu.Lock()
 	if s.logs.done {
 		s.logs.mu.Unlock()
 		return protocol.LogEnd{}, protocol.ErrAgentNotConnected
 	}
 	if s.logs.reqs == nil {
-		s.logs.reqs = map[uint64]chan protocol.Message{}
+		s.logs.reqs = map[uint64]*logRequest{}
 	}
-	s.logs.reqs[req.ID] = q
+	s.logs.reqs[req.ID] = r
 	s.logs.mu.Unlock()
 	finished := false
 	defer func() {
@@ -81,8 +90,14 @@ func (g *Gateway) Logs(ctx context.Context, cluster, instance string, req protoc
 		select {
 		case <-ctx.Done():
 			return protocol.LogEnd{}, ctx.Err()
-		case m, ok := <-q:
+		case m, ok := <-r.q:
 			if !ok {
+				s.logs.mu.Lock()
+				overflow := r.overflow
+				s.logs.mu.Unlock()
+				if overflow {
+					return protocol.LogEnd{}, errLogOverflow
+				}
 				return protocol.LogEnd{}, fmt.Errorf("%w: its session ended during the request", protocol.ErrAgentNotConnected)
 			}
 			switch {
@@ -103,17 +118,22 @@ func (g *Gateway) Logs(ctx context.Context, cluster, instance string, req protoc
 func (s *session) routeLog(id uint64, m protocol.Message) {
 	s.logs.mu.Lock()
 	defer s.logs.mu.Unlock()
-	q := s.logs.reqs[id]
-	if q == nil {
+	r := s.logs.reqs[id]
+	if r == nil {
 		return
 	}
-	select {
-	case q <- m:
-	default:
-		// More than a window: the request fails, the session goes on.
+	// More messages than a window's chunks and its end: the request
+	// fails, the session goes on. Counted, not judged by the queue, so the
+	// rule holds however fast the caller drains it, and the queue (as
+	// long as the count allows) never makes the receiver wait.
+	r.routed++
+	if r.routed > logQueue {
 		delete(s.logs.reqs, id)
-		close(q)
+		r.overflow = true
+		close(r.q)
+		return
 	}
+	r.q <- m
 }
 
 // endLogs fails the requests of an ended session.
@@ -121,8 +141,8 @@ func (s *session) endLogs() {
 	s.logs.mu.Lock()
 	defer s.logs.mu.Unlock()
 	s.logs.done = true
-	for id, q := range s.logs.reqs {
-		close(q)
+	for id, r := range s.logs.reqs {
+		close(r.q)
 		delete(s.logs.reqs, id)
 	}
 }
