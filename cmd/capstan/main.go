@@ -2,6 +2,7 @@
 // in one binary whose first argument picks the role. From the source tree:
 //
 //	go run ./cmd/capstan dev [--fresh] [--data-dir DIR] [--listen 127.0.0.1:8080]
+//	go run ./cmd/capstan dev urls [--data-dir DIR]
 //	go run ./cmd/capstan server [--data-dir DIR] [--listen 127.0.0.1:8080] [--etcd-endpoints URL,...]
 //	go run ./cmd/capstan agent [--endpoint URL] [--cluster NAME] [--config FILE]
 //	go run ./cmd/capstan etcd [--data-dir DIR] [--listen 127.0.0.1:2379]
@@ -61,7 +62,8 @@ Usage:
   capstan server [flags]        run the control plane (ECS API on etcd)
   capstan agent [flags]         run the instance agent (tasks on Docker)
   capstan dev [flags]           run everything on this machine, with a sample
-                                daemon and service (from the source tree)
+                                daemon and service (from the source tree);
+                                'capstan dev urls' prints what it runs now
   capstan etcd [flags]          run an etcd member with the embedded one's
                                 settings, for servers with --etcd-endpoints
   capstan <noun> <verb> [flags] manage resources (cluster, service, task, instance,

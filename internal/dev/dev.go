@@ -15,10 +15,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 
 	"github.com/capstanhq/capstan/internal/runtime/docker"
@@ -77,22 +78,42 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		return err
 	}
-	st, err := d.status(ctx)
+	st, err := d.status(ctx, true)
 	if err != nil {
 		return err
 	}
 	d.out.summary(st)
+	if err := d.writeState(); err != nil {
+		return err
+	}
 	if cfg.Ready != nil {
 		cfg.Ready(st)
 	}
-	select {
-	case <-ctx.Done():
-		d.out.step("stopping")
-		return nil
-	case err := <-d.srv.Wait():
-		return fmt.Errorf("server stopped: %w", err)
+	// Tasks are replaced (a daemon update replaces the instance, a
+	// deployment the web tasks): the URLs printed above go stale, so the
+	// new ones are printed as they change.
+	urls := webURLs(st)
+	tick := time.NewTicker(urlsEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			d.out.step("stopping")
+			return nil
+		case err := <-d.srv.Wait():
+			return fmt.Errorf("server stopped: %w", err)
+		case <-tick.C:
+			st, err := d.status(ctx, false)
+			if now := webURLs(st); err == nil && len(now) > 0 && !slices.Equal(now, urls) {
+				urls = now
+				d.out.step("service %s URLs are now %s (capstan dev urls prints them)", d.names.service, strings.Join(urls, " "))
+			}
+		}
 	}
 }
+
+// urlsEvery is how often a running dev looks for changed URLs.
+var urlsEvery = 2 * time.Second
 
 func (c *Config) defaults() error {
 	if c.DataDir == "" {
@@ -130,7 +151,11 @@ type env struct {
 	agent  string // the binary instances run
 	srv    *server.Server
 	ecs    *ecs.Client
-	lock   *server.DataDirLock // of the data directory, held until close ends
+	// endpoint, keyID and secret reach the API (the summary shows them).
+	endpoint, keyID, secret string
+	lock                    *server.DataDirLock // of the data directory, held until close ends
+	// stopping quiets the server's warnings on the terminal (see warnings).
+	stopping atomic.Bool
 }
 
 // names are the sample's resources.
@@ -180,7 +205,7 @@ func (d *env) start(ctx context.Context) error {
 	if d.log, err = os.OpenFile(d.serverLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
 		return err
 	}
-	d.logger = slog.New(&warnings{Handler: slog.NewJSONHandler(d.log, nil), out: d.out})
+	d.logger = slog.New(&warnings{Handler: slog.NewJSONHandler(d.log, nil), out: d.out, stopping: &d.stopping})
 	agentEnv := map[string]string{
 		// The sample images exist only in the local engine: pulling them
 		// would fail, and a cleaned-up one could never come back.
@@ -202,11 +227,7 @@ func (d *env) start(ctx context.Context) error {
 		return fmt.Errorf("start the server: %w", err)
 	}
 	d.out.step("server listening on http://%s (state and logs in %s)", d.srv.Addr, d.cfg.DataDir)
-	d.ecs = ecs.New(ecs.Options{
-		Region:       serverRegion,
-		BaseEndpoint: aws.String("http://" + d.srv.Addr),
-		Credentials:  credentials.NewStaticCredentialsProvider(d.srv.Admin.AccessKeyID, d.srv.Admin.SecretAccessKey, ""),
-	})
+	d.connect("http://"+d.srv.Addr, d.srv.Admin.AccessKeyID, d.srv.Admin.SecretAccessKey)
 
 	imgs, err := buildImages(ctx, d.rt, goTool, src, d.out)
 	if err != nil {
@@ -231,6 +252,7 @@ func (d *env) close() error {
 	var arns []string
 	if d.srv != nil {
 		arns, _ = d.instanceArns(ctx) // for the safety net below; best effort
+		d.stopping.Store(true)
 		if err := d.srv.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("stop the server: %w", err))
 		}
@@ -249,6 +271,9 @@ func (d *env) close() error {
 		}
 		_, err = removeDaemonNetworks(ctx, d.rt, d.names.cluster)
 		errs = append(errs, err)
+	}
+	if d.endpoint != "" {
+		os.Remove(filepath.Join(d.cfg.DataDir, stateFile))
 	}
 	if d.log != nil {
 		d.log.Close()

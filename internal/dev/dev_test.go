@@ -17,6 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+
 	"github.com/capstanhq/capstan/internal/agent/engine"
 	"github.com/capstanhq/capstan/internal/dev"
 	"github.com/capstanhq/capstan/internal/runtime/docker"
@@ -48,28 +52,92 @@ func TestDev(t *testing.T) {
 		Timeout: 80 * time.Second,
 	}
 
-	st, out, stop := startDev(t, cfg)
-	checkUp(t, st, out)
+	st, buf, stop := startDev(t, cfg)
+	out := buf.String()
+	checkUp(t, st, out, 2)
 	if !strings.Contains(out, "service web created") || !strings.Contains(out, "daemon telemetry created") {
 		t.Errorf("first run did not create the sample:\n%s", out)
+	}
+	// What `capstan dev urls` prints: the same tasks and URLs.
+	var urls bytes.Buffer
+	if err := dev.URLs(context.Background(), cfg.DataDir, &urls); err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range st.Web {
+		if !strings.Contains(urls.String(), task.ID) || !strings.Contains(urls.String(), task.URL+"\n") {
+			t.Errorf("dev urls lacks task %s at %s:\n%s", task.ID, task.URL, urls.String())
+		}
+	}
+
+	// The user scales the service down, then has its task replaced: dev
+	// prints each new set of URLs.
+	ctx := context.Background()
+	c := ecs.New(ecs.Options{Region: st.Region, BaseEndpoint: aws.String(st.Endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider(st.AccessKeyID, st.SecretAccessKey, "")})
+	if _, err := c.UpdateService(ctx, &ecs.UpdateServiceInput{Cluster: aws.String(cluster), Service: aws.String("web"), DesiredCount: aws.Int32(1)}); err != nil {
+		t.Fatal(err)
+	}
+	one := waitURLs(t, buf, 0, 1)
+	if one[0] != st.Web[0].URL && one[0] != st.Web[1].URL {
+		t.Errorf("after scaling down, URL %s is none of the earlier %s, %s", one[0], st.Web[0].URL, st.Web[1].URL)
+	}
+	if _, err := c.UpdateService(ctx, &ecs.UpdateServiceInput{Cluster: aws.String(cluster), Service: aws.String("web"), ForceNewDeployment: true}); err != nil {
+		t.Fatal(err)
+	}
+	if moved := waitURLs(t, buf, 1, 1); moved[0] == one[0] {
+		t.Errorf("the replaced web task kept its URL %s", one[0])
 	}
 	stop()
 	checkClean(t, rt, cluster)
 
-	st, out, stop = startDev(t, cfg)
-	checkUp(t, st, out)
-	for _, line := range []string{"capacity provider " + cluster + "-local", "daemon task definition telemetry:1", "daemon telemetry", "task definition web:1", "service web"} {
+	// The next run keeps what the user changed and reuses the rest.
+	st, buf, stop = startDev(t, cfg)
+	out = buf.String()
+	checkUp(t, st, out, 1)
+	for _, line := range []string{"capacity provider " + cluster + "-local", "daemon task definition telemetry:1", "daemon telemetry", "task definition web:1", "service web (1 tasks)"} {
 		if !strings.Contains(out, "] "+line+"\n") {
-			t.Errorf("second run did not reuse %q:\n%s", line, out)
+			t.Errorf("second run did not keep %q:\n%s", line, out)
 		}
 	}
 	stop()
 	checkClean(t, rt, cluster)
+	var none bytes.Buffer
+	if err := dev.URLs(ctx, cfg.DataDir, &none); err == nil || !strings.Contains(err.Error(), "capstan dev is not running on") {
+		t.Errorf("dev urls with dev stopped: %v\n%s", err, none.String())
+	}
+}
+
+// waitURLs waits for a line of dev's saying the web URLs are now want
+// many, the after+1st such line or a later one, and returns its URLs. A
+// replacement starts the new task before it stops the old one, so the
+// lines in between may list both.
+func waitURLs(t *testing.T, buf *syncBuffer, after, want int) []string {
+	t.Helper()
+	const marker = "service web URLs are now "
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		n := 0
+		for _, l := range strings.Split(buf.String(), "\n") {
+			_, rest, ok := strings.Cut(l, marker)
+			if !ok {
+				continue
+			}
+			urls, _, _ := strings.Cut(rest, " (")
+			if got := strings.Fields(urls); n >= after && len(got) == want {
+				return got
+			}
+			n++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no line with %d URLs after %d within 3 minutes:\n%s", want, after, buf.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // startDev runs dev until it is ready; stop cancels it as Ctrl-C does and
 // waits for it to end.
-func startDev(t *testing.T, cfg dev.Config) (st dev.Status, out string, stop func()) {
+func startDev(t *testing.T, cfg dev.Config) (st dev.Status, out *syncBuffer, stop func()) {
 	t.Helper()
 	buf := &syncBuffer{}
 	t.Cleanup(func() {
@@ -105,10 +173,10 @@ func startDev(t *testing.T, cfg dev.Config) (st dev.Status, out string, stop fun
 		<-done
 		t.Fatal("dev not ready after 100s")
 	}
-	return st, buf.String(), stop
+	return st, buf, stop
 }
 
-func checkUp(t *testing.T, st dev.Status, out string) {
+func checkUp(t *testing.T, st dev.Status, out string, web int) {
 	t.Helper()
 	active := 0
 	for _, in := range st.Instances {
@@ -122,7 +190,7 @@ func checkUp(t *testing.T, st dev.Status, out string) {
 	if len(st.Daemon) != 1 || st.Daemon[0].Status != "RUNNING" {
 		t.Errorf("daemon tasks: %+v", st.Daemon)
 	}
-	if len(st.Web) != 2 {
+	if len(st.Web) != web {
 		t.Fatalf("web tasks: %+v", st.Web)
 	}
 	for _, task := range st.Web {

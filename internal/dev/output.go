@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 )
@@ -37,25 +38,7 @@ func (p *printer) summary(st Status) {
 	defer p.mu.Unlock()
 	w := p.w
 	fmt.Fprintf(w, "\nCapstan dev is running. Ctrl-C stops it and everything it started.\n\n")
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "  API\t%s\tcluster %s\n", st.Endpoint, st.Cluster)
-	for _, in := range st.Instances {
-		conn := "agent connected"
-		switch {
-		case in.Status == "INACTIVE":
-			conn = "deregistered"
-		case !in.Connected:
-			conn = "agent not connected"
-		}
-		fmt.Fprintf(tw, "  instance\t%s\t%s, %s\n", in.ID, in.Status, conn)
-	}
-	for _, t := range st.Daemon {
-		fmt.Fprintf(tw, "  daemon telemetry\ttask %s\t%s %s\n", t.ID, t.Status, t.Health)
-	}
-	for _, t := range st.Web {
-		fmt.Fprintf(tw, "  service web\ttask %s\t%s %s\n", t.ID, t.Status, t.URL)
-	}
-	tw.Flush()
+	table(w, st)
 	if st.Telemetry != "" {
 		verdict := "does not reach"
 		if st.TelemetryReached {
@@ -81,6 +64,7 @@ func (p *printer) summary(st Status) {
 			break
 		}
 	}
+	fmt.Fprintf(w, "  go run ./cmd/capstan dev urls      # what runs where now: tasks are replaced, and their URLs change\n")
 	fmt.Fprintf(w, "  go run ./cmd/capstan daemon describe telemetry --cluster %s\n", st.Cluster)
 	fmt.Fprintf(w, "  go run ./cmd/capstan events --cluster %s --follow\n", st.Cluster)
 	fmt.Fprintf(w, "  aws ecs describe-services --cluster %s --services web %s\n", st.Cluster, api)
@@ -99,16 +83,42 @@ func secretCommand(file string) string {
 // shellQuote quotes s for a POSIX shell.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
+// table lists the API, instances and tasks with their URLs.
+func table(w io.Writer, st Status) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  API\t%s\tcluster %s\n", st.Endpoint, st.Cluster)
+	for _, in := range st.Instances {
+		conn := "agent connected"
+		switch {
+		case in.Status == "INACTIVE":
+			conn = "deregistered"
+		case !in.Connected:
+			conn = "agent not connected"
+		}
+		fmt.Fprintf(tw, "  instance\t%s\t%s, %s\n", in.ID, in.Status, conn)
+	}
+	for _, t := range st.Daemon {
+		fmt.Fprintf(tw, "  daemon telemetry\ttask %s\t%s %s\n", t.ID, t.Status, t.Health)
+	}
+	for _, t := range st.Web {
+		fmt.Fprintf(tw, "  service web\ttask %s\t%s %s\n", t.ID, t.Status, t.URL)
+	}
+	tw.Flush()
+}
+
 // warnings passes the server's warnings and errors on to the user as well
 // as to the log: when an instance fails to start, its reason is there.
 type warnings struct {
 	slog.Handler
 	out   *printer
 	attrs []slog.Attr
+	// stopping is set when dev stops the server: what its parts say
+	// while shutting down (etcd's closed listeners) is no news.
+	stopping *atomic.Bool
 }
 
 func (h *warnings) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level >= slog.LevelWarn {
+	if r.Level >= slog.LevelWarn && !h.stopping.Load() {
 		var b strings.Builder
 		b.WriteString("server: " + r.Message)
 		add := func(a slog.Attr) bool {
@@ -134,9 +144,9 @@ func (h *warnings) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h *warnings) WithAttrs(as []slog.Attr) slog.Handler {
-	return &warnings{Handler: h.Handler.WithAttrs(as), out: h.out, attrs: append(slices.Clip(h.attrs), as...)}
+	return &warnings{Handler: h.Handler.WithAttrs(as), out: h.out, attrs: append(slices.Clip(h.attrs), as...), stopping: h.stopping}
 }
 
 func (h *warnings) WithGroup(name string) slog.Handler {
-	return &warnings{Handler: h.Handler.WithGroup(name), out: h.out, attrs: h.attrs}
+	return &warnings{Handler: h.Handler.WithGroup(name), out: h.out, attrs: h.attrs, stopping: h.stopping}
 }

@@ -196,18 +196,31 @@ func (d *env) ensureDaemon(ctx context.Context, taskDef string) error {
 	for _, r := range cur.Daemon.CurrentRevisions {
 		revs = append(revs, aws.ToString(r.Arn))
 	}
-	same := false
+	same, users := false, ""
 	if len(revs) > 0 {
 		out, err := d.ecs.DescribeDaemonRevisions(ctx, &ecs.DescribeDaemonRevisionsInput{DaemonRevisionArns: revs})
 		if err != nil {
 			return fmt.Errorf("describe daemon %s revisions: %w", d.names.daemon, err)
 		}
 		same = len(out.DaemonRevisions) > 0 && !slices.ContainsFunc(out.DaemonRevisions, func(r types.DaemonRevision) bool {
-			return aws.ToString(r.DaemonTaskDefinitionArn) != taskDef || !aws.ToBool(r.Critical)
+			return aws.ToString(r.DaemonTaskDefinitionArn) != taskDef
 		})
+		for _, r := range out.DaemonRevisions {
+			td := aws.ToString(r.DaemonTaskDefinitionArn)
+			if mine, err := d.daemonDefinitionIsDevs(ctx, td); err != nil {
+				return err
+			} else if !mine {
+				users = td
+			}
+		}
 	}
 	if same {
 		d.out.step("daemon %s", d.names.daemon)
+		return nil
+	}
+	// The user moved it to a definition of their own: theirs to keep.
+	if users != "" {
+		d.out.step("daemon %s (kept as you left it: %s)", d.names.daemon, shortArn(users))
 		return nil
 	}
 	if _, err := d.ecs.UpdateDaemon(ctx, &ecs.UpdateDaemonInput{
@@ -240,18 +253,29 @@ func (d *env) ensureService(ctx context.Context, taskDef string) error {
 		return fmt.Errorf("describe service %s: %w", name, err)
 	}
 	if len(out.Services) == 1 && aws.ToString(out.Services[0].Status) == "ACTIVE" {
+		// What the user changed stays: the task count always, the task
+		// definition unless it is an earlier one of dev's own (the sample
+		// changed since).
 		s := out.Services[0]
-		if aws.ToString(s.TaskDefinition) == taskDef && s.DesiredCount == webTasks {
-			d.out.step("service %s", name)
+		cur := aws.ToString(s.TaskDefinition)
+		if cur == taskDef {
+			d.out.step("service %s (%d tasks)", name, s.DesiredCount)
+			return nil
+		}
+		mine, err := d.definitionIsDevs(ctx, cur)
+		if err != nil {
+			return err
+		}
+		if !mine {
+			d.out.step("service %s (kept as you left it: %s, %d tasks)", name, shortArn(cur), s.DesiredCount)
 			return nil
 		}
 		if _, err := d.ecs.UpdateService(ctx, &ecs.UpdateServiceInput{
-			Cluster: aws.String(d.names.cluster), Service: aws.String(name),
-			TaskDefinition: aws.String(taskDef), DesiredCount: aws.Int32(webTasks),
+			Cluster: aws.String(d.names.cluster), Service: aws.String(name), TaskDefinition: aws.String(taskDef),
 		}); err != nil {
 			return fmt.Errorf("update service %s: %w", name, err)
 		}
-		d.out.step("service %s updated (%s, %d tasks)", name, shortArn(taskDef), webTasks)
+		d.out.step("service %s updated to %s (%d tasks)", name, shortArn(taskDef), s.DesiredCount)
 		return nil
 	}
 	if _, err := d.ecs.CreateService(ctx, &ecs.CreateServiceInput{
@@ -263,6 +287,29 @@ func (d *env) ensureService(ctx context.Context, taskDef string) error {
 	}
 	d.out.step("service %s created (%d tasks on %s)", name, webTasks, d.names.capacityProvider)
 	return nil
+}
+
+// definitionIsDevs reports whether dev registered task definition arn.
+func (d *env) definitionIsDevs(ctx context.Context, arn string) (bool, error) {
+	out, err := d.ecs.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String(arn), Include: []types.TaskDefinitionField{types.TaskDefinitionFieldTags}})
+	if err != nil {
+		return false, fmt.Errorf("describe task definition %s: %w", arn, err)
+	}
+	return hasTag(out.Tags, specTag), nil
+}
+
+// daemonDefinitionIsDevs reports whether dev registered daemon task
+// definition arn.
+func (d *env) daemonDefinitionIsDevs(ctx context.Context, arn string) (bool, error) {
+	out, err := d.ecs.ListTagsForResource(ctx, &ecs.ListTagsForResourceInput{ResourceArn: aws.String(arn)})
+	if err != nil {
+		return false, fmt.Errorf("tags of %s: %w", arn, err)
+	}
+	return hasTag(out.Tags, specTag), nil
+}
+
+func hasTag(tags []types.Tag, key string) bool {
+	return slices.ContainsFunc(tags, func(t types.Tag) bool { return aws.ToString(t.Key) == key })
 }
 
 // instances returns the cluster's instances that are not deregistered.

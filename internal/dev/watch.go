@@ -150,7 +150,8 @@ func (w *watcher) poll(ctx context.Context) (bool, error) {
 	if err := w.stoppedTasks(ctx); err != nil {
 		return false, err
 	}
-	return daemonUp && running >= desired && desired > 0, nil
+	// A user may have scaled the service to zero.
+	return daemonUp && running >= desired, nil
 }
 
 // maxEvents is how many new service events one look prints.
@@ -275,11 +276,12 @@ func taskURL(t types.Task) string {
 	return ""
 }
 
-// status gathers the summary once everything runs.
-func (d *env) status(ctx context.Context) (Status, error) {
+// status gathers the summary once everything runs; askApp also loads the
+// web app's page to see whether it reaches the daemon.
+func (d *env) status(ctx context.Context, askApp bool) (Status, error) {
 	st := Status{
-		Endpoint: "http://" + d.srv.Addr, Region: serverRegion,
-		AccessKeyID: d.srv.Admin.AccessKeyID, SecretAccessKey: d.srv.Admin.SecretAccessKey,
+		Endpoint: d.endpoint, Region: serverRegion,
+		AccessKeyID: d.keyID, SecretAccessKey: d.secret,
 		Cluster: d.names.cluster, DataDir: d.cfg.DataDir,
 		Logs: []string{d.serverLog(), d.agentLogs()},
 	}
@@ -313,7 +315,7 @@ func (d *env) status(ctx context.Context) (Status, error) {
 		}
 		st.Web = append(st.Web, Task{Arn: aws.ToString(t.TaskArn), ID: taskID(t), Status: aws.ToString(t.LastStatus), Health: string(t.HealthStatus), URL: taskURL(t)})
 	}
-	if len(st.Web) > 0 && st.Web[0].URL != "" {
+	if askApp && len(st.Web) > 0 && st.Web[0].URL != "" {
 		st.TelemetryReached, st.Telemetry = askWebApp(ctx, st.Web[0].URL)
 	}
 	return st, nil
