@@ -76,7 +76,7 @@ func TestAttributesAndPlacementByThem(t *testing.T) {
 	}
 	// Built-in attributes are listed too.
 	got = listAttrs(t, c, &ecs.ListAttributesInput{Cluster: aws.String("at"), TargetType: types.TargetTypeContainerInstance})
-	if !slices.Contains(got, "ecs.os-type=linux@"+blue) || len(got) != 6 {
+	if !slices.Contains(got, "ecs.os-type=linux@"+blue) || !slices.Contains(got, "ecs.availability-zone=local@"+green) || len(got) != 10 {
 		t.Fatalf("ListAttributes: %v", got)
 	}
 	// DescribeContainerInstances shows them.
@@ -189,7 +189,7 @@ func TestAttributesRefuseBadInput(t *testing.T) {
 	_, err := c.PutAttributes(ctx, &ecs.PutAttributesInput{Cluster: aws.String("nope"), Attributes: []types.Attribute{attr("k", "v", ci)}})
 	wantECSError(t, err, "ClusterNotFoundException")
 	// Nothing of the refused calls was written.
-	if got := listAttrs(t, c, &ecs.ListAttributesInput{Cluster: aws.String("at"), TargetType: types.TargetTypeContainerInstance}); len(got) != 1 {
+	if got := listAttrs(t, c, &ecs.ListAttributesInput{Cluster: aws.String("at"), TargetType: types.TargetTypeContainerInstance}); len(got) != 3 {
 		t.Fatalf("refused calls left %v", got)
 	}
 	// Ten custom attributes per instance, as ECS.

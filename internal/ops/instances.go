@@ -182,13 +182,19 @@ func (s *Service) RegisterContainerInstance(ctx context.Context, req *shapes.Reg
 	return &shapes.RegisterContainerInstanceResponse{ContainerInstance: view}, nil
 }
 
-// mergeAttributes adds the attributes Capstan always reports.
+// mergeAttributes adds the attributes Capstan always reports: the OS, and
+// the zone tasks report ("local"), unless the agent reports its own zone.
 func mergeAttributes(in []shapes.Attribute) []shapes.Attribute {
-	out := []shapes.Attribute{{Name: "ecs.os-type", Value: "linux"}}
+	out := []shapes.Attribute{{Name: "ecs.os-type", Value: "linux"}, {Name: "ecs.os-family", Value: "LINUX"}}
+	zone := true
 	for _, a := range in {
-		if a.Name != "ecs.os-type" {
+		if a.Name != "ecs.os-type" && a.Name != "ecs.os-family" {
 			out = append(out, a)
 		}
+		zone = zone && a.Name != "ecs.availability-zone"
+	}
+	if zone {
+		out = append(out, shapes.Attribute{Name: "ecs.availability-zone", Value: "local"})
 	}
 	return out
 }
