@@ -211,8 +211,9 @@ func TestPlacementLeavesOutFullInstances(t *testing.T) {
 	if err != nil || len(tasks) != 0 || len(failures) != 1 {
 		t.Fatalf("started %d, failures %v, err %v", len(tasks), failures, err)
 	}
-	if want := "RESOURCE:MEMORY (needs 64 MiB, largest free is 36 MiB)"; failures[0].Reason != want {
-		t.Fatalf("reason %q, want %q", failures[0].Reason, want)
+	// ECS's code as the reason, what was short as the detail.
+	if want := "RESOURCE:MEMORY (needs 64 MiB, largest free is 36 MiB)"; failures[0].Reason != "RESOURCE:MEMORY" || failures[0].Detail != want {
+		t.Fatalf("reason %q detail %q, want RESOURCE:MEMORY and %q", failures[0].Reason, failures[0].Detail, want)
 	}
 	// A spread over an attribute counts every instance's tasks: nothing is
 	// left out.

@@ -140,6 +140,11 @@ func TestErrorsAsECS(t *testing.T) {
 	wantECSExact(t, err, "InvalidParameterException", "The service cannot be stopped while it is scaled above 0.")
 	_, err = c.UpdateService(ctx, &ecs.UpdateServiceInput{Cluster: aws.String("apps"), Service: aws.String("nope"), DesiredCount: aws.Int32(0)})
 	wantECSExact(t, err, "ServiceNotFoundException", "Service not found.")
+	if _, err := c.DeleteService(ctx, &ecs.DeleteServiceInput{Cluster: aws.String("apps"), Service: aws.String("web"), Force: aws.Bool(true)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.UpdateService(ctx, &ecs.UpdateServiceInput{Cluster: aws.String("apps"), Service: aws.String("web"), DesiredCount: aws.Int32(1)})
+	wantECSExact(t, err, "ServiceNotActiveException", "Service was not ACTIVE.")
 
 	_, err = c.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String("apps"), Services: []string{}})
 	wantECSExact(t, err, "InvalidParameterException", "Services cannot be empty.")
