@@ -38,7 +38,7 @@ func serviceNotFound(name string) error {
 }
 
 func serviceNotActive(name, status string) error {
-	return fault.Conflicting("ServiceNotActiveException", "service %q is %s, not ACTIVE", name, status)
+	return fault.Conflicting("ServiceNotActiveException", "Service was not ACTIVE.")
 }
 
 // serviceCluster resolves the cluster of a request about one service: the
