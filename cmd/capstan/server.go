@@ -87,6 +87,13 @@ func runServer(ctx context.Context, args []string) error {
 	if cfg.EtcdMaxTxnOps < 1 {
 		return fmt.Errorf("--etcd-max-txn-ops must be at least 1 (got %d)", cfg.EtcdMaxTxnOps)
 	}
+	// Zero would mean the default to server.Config; here it is a mistake.
+	if cfg.MaxConnections < 1 {
+		return fmt.Errorf("--max-connections must be at least 1 (got %d)", cfg.MaxConnections)
+	}
+	if cfg.MaxUnauthenticated < 1 {
+		return fmt.Errorf("--max-unauthenticated-requests must be at least 1 (got %d)", cfg.MaxUnauthenticated)
+	}
 	log, _, err := jsonLogger(level)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -245,4 +246,25 @@ func TestFloodBeforeAuthentication(t *testing.T) {
 			t.Errorf("signed call after the flood: %v", err)
 		}
 	})
+}
+
+// The limits' flags take positive counts, and the sim provisioner, whose
+// in-process agents get no CA bundle, is refused with the TLS flags: each
+// stops the binary at start, naming the flags.
+func TestLimitAndSimFlagsRefused(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-connections", "0"}, "--max-connections must be at least 1 (got 0)"},
+		{[]string{"--max-unauthenticated-requests", "-1"}, "--max-unauthenticated-requests must be at least 1 (got -1)"},
+		{[]string{"--provisioner", "sim", "--tls-self-signed"}, "--provisioner sim cannot be combined with --tls-cert/--tls-key or --tls-self-signed"},
+	} {
+		cmd := exec.Command(capstanBinary(t), append([]string{"server", "--listen", freeAddr(t), "--data-dir", dir}, tc.args...)...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%v: %v\n%s\nwant %q", tc.args, err, out, tc.want)
+		}
+	}
 }
