@@ -225,3 +225,13 @@ func TestDevDataDirLock(t *testing.T) {
 		t.Errorf("lock file says %q, want the first run's pid %d", b, first.cmd.Process.Pid)
 	}
 }
+
+// TestDevURLsNotRunning: `capstan dev urls` on a data dir no dev runs on
+// says so.
+func TestDevURLsNotRunning(t *testing.T) {
+	dir := t.TempDir()
+	out, err := exec.Command(capstanBinary(t), "dev", "urls", "--data-dir", dir).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "capstan dev is not running on "+dir) {
+		t.Fatalf("dev urls: %v\n%s", err, out)
+	}
+}
