@@ -148,6 +148,8 @@ func TestErrorsAsECS(t *testing.T) {
 
 	_, err = c.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String("apps"), Services: []string{}})
 	wantECSExact(t, err, "InvalidParameterException", "Services cannot be empty.")
+	_, err = c.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String("apps"), Tasks: []string{}})
+	wantECSExact(t, err, "InvalidParameterException", "Tasks cannot be empty.")
 	_, err = c.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String("apps"), Task: aws.String("0123456789abcdef0123456789abcdef")})
 	wantECSExact(t, err, "InvalidParameterException", "The referenced task was not found.")
 
