@@ -271,3 +271,11 @@ func (s *Service) ListAccountSettings(ctx context.Context, req *shapes.ListAccou
 	out.Settings = append(out.Settings, all...)
 	return out, nil
 }
+
+// defaultInsights is the containerInsights value a new cluster takes: the
+// caller's effective account setting.
+func (s *Service) defaultInsights(ctx context.Context) (string, error) {
+	caller, _ := api.Caller(ctx)
+	st, err := s.effectiveSetting(ctx, s.callerARN(caller), "containerInsights")
+	return st.Value, err
+}

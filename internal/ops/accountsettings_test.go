@@ -169,3 +169,34 @@ func TestUpdateClusterSettings(t *testing.T) {
 		Settings: []types.ClusterSetting{{Name: types.ClusterSettingNameContainerInsights, Value: aws.String("enabled")}}})
 	wantECSError(t, err, "ClusterNotFoundException")
 }
+
+// A cluster created without settings takes the caller's containerInsights
+// account setting, as on ECS.
+func TestNewClustersFollowContainerInsightsSetting(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartServer(t, "")
+	c := srv.ECS()
+	insightsOf := func(name string) string {
+		t.Helper()
+		out, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range out.Cluster.Settings {
+			if s.Name == types.ClusterSettingNameContainerInsights {
+				return aws.ToString(s.Value)
+			}
+		}
+		t.Fatalf("cluster %s has no containerInsights setting: %+v", name, out.Cluster.Settings)
+		return ""
+	}
+	if got := insightsOf("before"); got != "disabled" {
+		t.Fatalf("with no account setting: %s", got)
+	}
+	if _, err := c.PutAccountSettingDefault(ctx, &ecs.PutAccountSettingDefaultInput{Name: types.SettingNameContainerInsights, Value: aws.String("enhanced")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := insightsOf("after"); got != "enhanced" {
+		t.Fatalf("with the default enhanced: %s", got)
+	}
+}

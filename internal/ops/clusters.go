@@ -64,7 +64,12 @@ func (s *Service) CreateCluster(ctx context.Context, req *shapes.CreateClusterRe
 		c.Tags = req.Tags
 		c.Settings = req.Settings
 		if c.Settings == nil {
-			c.Settings = []shapes.ClusterSetting{{Name: "containerInsights", Value: "disabled"}}
+			// As ECS: the caller's containerInsights account setting.
+			insights, err := s.defaultInsights(ctx)
+			if err != nil {
+				return err
+			}
+			c.Settings = []shapes.ClusterSetting{{Name: "containerInsights", Value: insights}}
 		}
 		c.Configuration = req.Configuration
 		tx := s.Store.Txn()
