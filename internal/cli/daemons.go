@@ -45,6 +45,10 @@ revision, so only what you name changes.
 silently return to their defaults, the diff against the current revision,
 and the rollout's batches with the extra capacity each needs. Exit 0.
 
+--if-unchanged REV applies the update only if the daemon's latest revision is
+still REV (the ID a dry run prints), so no other update or rollback came in
+since the preview; otherwise the server refuses it with ConflictException.
+
 --wait follows the deployment the update starts until it ends.
 -f FILE takes the UpdateDaemon request JSON; flags given alongside override it.` + daemonRefDetails + "\n" + followHelp, bind: daemonUpdate},
 			{name: "describe", args: "NAME|ARN [--cluster C]", summary: "Show a daemon and its current revisions.", details: daemonRefDetails, bind: daemonDescribe},
@@ -229,6 +233,8 @@ func daemonUpdate(fs *flag.FlagSet) action {
 	var df daemonFlags
 	var keep, dryRun, wait bool
 	var timeout time.Duration
+	var ifUnchanged string
+	fs.StringVar(&ifUnchanged, "if-unchanged", "", "apply only if the daemon's latest revision is still `REV` (ID or ARN, as the dry run printed)")
 	fs.StringVar(&cluster, "cluster", "", "`cluster` of a daemon given by name")
 	fs.StringVar(&file, "f", "", "UpdateDaemon request `file` (JSON)")
 	fs.BoolVar(&keep, "keep-unspecified", false, "take every setting not given from the current revision")
@@ -239,6 +245,9 @@ func daemonUpdate(fs *flag.FlagSet) action {
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := wantArgs(args, 0, 1, ""); err != nil {
 			return err
+		}
+		if dryRun && ifUnchanged != "" {
+			return usageErrorf("--if-unchanged applies a previewed update; leave out --dry-run")
 		}
 		if dryRun && wait {
 			return usageErrorf("--dry-run changes nothing, so there is nothing to --wait for")
@@ -300,7 +309,12 @@ func daemonUpdate(fs *flag.FlagSet) action {
 		if d := defaultedSettings(in, chosen); len(d) > 0 {
 			s.warn("update replaces the whole daemon configuration; not given, so set to defaults: %s (see --keep-unspecified, --dry-run)", strings.Join(d, ", "))
 		}
-		out, err := c.UpdateDaemon(ctx, in)
+		var out *ecs.UpdateDaemonOutput
+		if ifUnchanged != "" {
+			out, err = s.updateIfUnchanged(ctx, in, ifUnchanged)
+		} else {
+			out, err = c.UpdateDaemon(ctx, in)
+		}
 		if err != nil {
 			return err
 		}

@@ -60,3 +60,38 @@ func TestDaemonUpdateDryRunFieldDiff(t *testing.T) {
 		t.Errorf("no task definition change, yet:\n%s", out)
 	}
 }
+
+// --if-unchanged applies a previewed update only while the daemon's latest
+// revision is the one the preview saw: an update in between makes the
+// server refuse it with ConflictException, changing nothing.
+func TestDaemonUpdateIfUnchanged(t *testing.T) {
+	h := newHarness(t)
+	h.ok("cluster", "create", "c")
+	h.ok("capacity-provider", "create", "mi", "--cluster", "c", "--vcpu", "2", "--memory-mib", "4096")
+	h.ok("daemon-task-definition", "register", "-f", "testdata/cloudwatch-agent.json")
+	h.ok("daemon-task-definition", "register", "-f", "testdata/cloudwatch-agent.json")
+	h.ok("daemon", "create", "cw", "--cluster", "c", "--task-definition", "cloudwatch-agent:1", "--capacity-provider", "mi")
+	update := []string{"daemon", "update", "cw", "--cluster", "c", "--keep-unspecified", "--task-definition", "cloudwatch-agent:2"}
+
+	seen := get(t, h.okJSON(append(update, "--dry-run")...), "ifRevisionArn").(string)
+	if out := h.ok(append(update, "--dry-run")...); !strings.Contains(out, "--if-unchanged "+lastSegment(seen)) {
+		t.Fatalf("dry run does not give the check:\n%s", out)
+	}
+	// Someone else updates in between.
+	h.ok("daemon", "update", "cw", "--cluster", "c", "--keep-unspecified", "--bake-time", "3")
+	before := get(t, h.latestDeployment("cw"), "daemonDeploymentArn")
+	h.fails(1, "capstan: ConflictException: ifRevisionArn: daemon arn:aws:ecs:us-east-1:123456789012:daemon/c/cw changed since the preview: its latest revision is ",
+		append(update, "--if-unchanged", lastSegment(seen))...)
+	if after := get(t, h.latestDeployment("cw"), "daemonDeploymentArn"); after != before {
+		t.Fatalf("a refused update started deployment %v", after)
+	}
+	// Previewed again, it applies (by full ARN too).
+	seen = get(t, h.okJSON(append(update, "--dry-run")...), "ifRevisionArn").(string)
+	h.ok(append(update, "--if-unchanged", seen)...)
+	target := get(t, h.latestDeployment("cw"), "targetDaemonRevision", "arn").(string)
+	if rev := h.revision(target); !strings.HasSuffix(rev["td"].(string), "cloudwatch-agent:2") {
+		t.Fatalf("after the checked update the target runs %v", rev)
+	}
+	h.fails(2, "--if-unchanged applies a previewed update; leave out --dry-run", append(update, "--dry-run", "--if-unchanged", "x")...)
+	h.fails(1, "capstan: ConflictException: ifRevisionArn:", append(update, "--if-unchanged", "nosuch")...)
+}

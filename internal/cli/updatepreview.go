@@ -14,7 +14,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 	"github.com/aws/smithy-go"
 )
 
@@ -33,6 +35,7 @@ func wireJSON(v smithy.Serializable) ([]byte, error) {
 type preview struct {
 	DaemonArn          string          `json:"daemonArn"`
 	CurrentRevisionArn string          `json:"currentRevisionArn"`
+	IfRevisionArn      string          `json:"ifRevisionArn"`
 	Resets             []settingChange `json:"resets"`
 	Changes            []settingChange `json:"changes"`
 	// TaskDefinitionChanges: the task definition's fields that change.
@@ -97,8 +100,12 @@ func (s *session) previewUpdate(ctx context.Context, in *ecs.UpdateDaemonInput) 
 // and the batches.
 func renderPreview(w io.Writer, p *preview) {
 	cluster, name := daemonClusterName(p.DaemonArn)
-	fmt.Fprintf(w, "Dry run: nothing was changed. UpdateDaemon on %s/%s would start a deployment\nfrom revision %s.\n\n",
+	fmt.Fprintf(w, "Dry run: nothing was changed. UpdateDaemon on %s/%s would start a deployment\nfrom revision %s.\n",
 		cluster, name, lastSegment(p.CurrentRevisionArn))
+	if p.IfRevisionArn != "" {
+		fmt.Fprintf(w, "To apply exactly this, run the same command without --dry-run, with --if-unchanged %s.\n", lastSegment(p.IfRevisionArn))
+	}
+	fmt.Fprintln(w)
 	if len(p.Resets) > 0 {
 		fmt.Fprintf(w, "WARNING: %d setting(s) would silently return to their defaults (omitted from the request;\nUpdateDaemon replaces the whole configuration):\n", len(p.Resets))
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -267,4 +274,34 @@ func direction(a, b any) string {
 		return " (raised)"
 	}
 	return " (lowered)"
+}
+
+// updateIfUnchanged sends the update through CapstanV1.UpdateDaemonIfUnchanged:
+// the server applies it only if the daemon's latest revision is still rev.
+func (s *session) updateIfUnchanged(ctx context.Context, in *ecs.UpdateDaemonInput, rev string) (*ecs.UpdateDaemonOutput, error) {
+	if !strings.HasPrefix(rev, "arn:") {
+		// A short ID: the revision ARN is the daemon's, one level down.
+		rev = strings.Replace(aws.ToString(in.DaemonArn), ":daemon/", ":daemon-revision/", 1) + "/" + rev
+	}
+	body, err := wireJSON(in)
+	if err != nil {
+		return nil, err
+	}
+	var req map[string]json.RawMessage
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, err
+	}
+	req["ifRevisionArn"], _ = json.Marshal(rev)
+	var out struct {
+		DaemonArn     string `json:"daemonArn"`
+		Status        string `json:"status"`
+		CreatedAt     epoch  `json:"createdAt"`
+		UpdatedAt     epoch  `json:"updatedAt"`
+		DeploymentArn string `json:"deploymentArn"`
+	}
+	if err := s.callExtension(ctx, "UpdateDaemonIfUnchanged", req, &out); err != nil {
+		return nil, err
+	}
+	return &ecs.UpdateDaemonOutput{DaemonArn: aws.String(out.DaemonArn), Status: types.DaemonStatus(out.Status),
+		CreatedAt: aws.Time(out.CreatedAt.Time), UpdatedAt: aws.Time(out.UpdatedAt.Time), DeploymentArn: aws.String(out.DeploymentArn)}, nil
 }

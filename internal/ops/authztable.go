@@ -751,6 +751,11 @@ var authTable = map[string]authSpec{
 			}
 			return b.daemonChildren("daemonArn", "daemon-revision", []string{rev.DaemonRevisionArn})
 		}),
+	"UpdateDaemonIfUnchanged": authOp("ecs:UpdateDaemon", resDaemon,
+		keys(docResourceTag, condCluster, condCapacityProvider, condDaemonTaskDefinition), keys(condDaemon),
+		func(b *authBuild, r *UpdateDaemonIfUnchangedRequest) error {
+			return b.daemonUpdate(&r.UpdateDaemonRequest)
+		}),
 	"RollbackDaemon": authOp("ecs:UpdateDaemon", resDaemon,
 		keys(docResourceTag, condCluster, condCapacityProvider, condDaemonTaskDefinition), keys(condDaemon),
 		func(b *authBuild, r *RollbackDaemonRequest) error {

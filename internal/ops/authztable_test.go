@@ -27,7 +27,7 @@ const arnBase = "arn:aws:ecs:us-east-1:123456789012:"
 // extensionOps are the CapstanV1 operations. ListAuditEvents is served by
 // the audit trail, not registered by Service.Register.
 var extensionOps = []string{"CreateAgentCredential", "DescribeDaemonRollout", "PreviewDaemonUpdate",
-	"DescribeDaemonConfiguration", "RollbackDaemon", "ListEvents", "ListAuditEvents", "GetTaskLogs"}
+	"DescribeDaemonConfiguration", "RollbackDaemon", "UpdateDaemonIfUnchanged", "ListEvents", "ListAuditEvents", "GetTaskLogs"}
 
 // authVerifier lets every request in as the administrator.
 type authVerifier struct{}
@@ -293,6 +293,7 @@ var authSamples = map[string]string{
 	"PreviewDaemonUpdate":           `{"daemonArn":"` + arnBase + `daemon/prod/agent","daemonTaskDefinitionArn":"agent","capacityProviderArns":["prod-mi"]}`,
 	"DescribeDaemonConfiguration":   `{"daemonArn":"` + arnBase + `daemon/prod/agent"}`,
 	"RollbackDaemon":                `{"daemonArn":"` + arnBase + `daemon/prod/agent"}`,
+	"UpdateDaemonIfUnchanged":       `{"daemonArn":"` + arnBase + `daemon/prod/agent","daemonTaskDefinitionArn":"agent","capacityProviderArns":["prod-mi"],"ifRevisionArn":"` + arnBase + `daemon-revision/prod/agent/1"}`,
 	"ListEvents":                    `{"cluster":"prod"}`,
 	"ListAuditEvents":               `{}`,
 	"GetTaskLogs":                   `{"cluster":"prod","task":"` + taskA + `"}`,

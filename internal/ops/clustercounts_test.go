@@ -3,6 +3,7 @@ package ops
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
@@ -123,5 +124,16 @@ func BenchmarkDescribeClusters(b *testing.B) {
 	}
 	for b.Loop() {
 		describeCounts(b, s, "c")
+	}
+}
+
+// UpdateDaemonIfUnchanged without the revision to check is refused,
+// naming the member, before anything is read or written.
+func TestUpdateDaemonIfUnchangedNeedsTheRevision(t *testing.T) {
+	s := newService(openStore(t))
+	_, err := s.UpdateDaemonIfUnchanged(context.Background(), &UpdateDaemonIfUnchangedRequest{
+		UpdateDaemonRequest: shapes.UpdateDaemonRequest{DaemonArn: "arn:aws:ecs:us-east-1:123456789012:daemon/c/cw"}})
+	if err == nil || !strings.Contains(err.Error(), "ifRevisionArn: is required") {
+		t.Fatalf("got %v", err)
 	}
 }

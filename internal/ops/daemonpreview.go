@@ -68,6 +68,10 @@ type PreviewDaemonUpdateResponse struct {
 	// CurrentRevisionArn is the revision in effect: the latest, or the
 	// rollback target when its deployment was rolled back.
 	CurrentRevisionArn string `json:"currentRevisionArn"`
+	// IfRevisionArn is the daemon's latest revision: given to
+	// UpdateDaemonIfUnchanged, the update applies only if no other update
+	// or rollback came in between.
+	IfRevisionArn string `json:"ifRevisionArn"`
 	// Resets are settings the request omits that would go back to their
 	// defaults from a non-default current value.
 	Resets []SettingChange `json:"resets"`
@@ -115,7 +119,7 @@ func (s *Service) PreviewDaemonUpdate(ctx context.Context, req *shapes.UpdateDae
 		return nil, fleet.StoreErr(err)
 	}
 	cur := revisionSpec(rev)
-	out := &PreviewDaemonUpdateResponse{DaemonArn: d.Arn, CurrentRevisionArn: rev.DaemonRevisionArn,
+	out := &PreviewDaemonUpdateResponse{DaemonArn: d.Arn, CurrentRevisionArn: rev.DaemonRevisionArn, IfRevisionArn: d.RevisionArn,
 		CurrentConfiguration: revisionRequest(d.Arn, rev)}
 	out.Changes, out.Resets = diffSpecs(cur, next, req)
 	out.TaskDefinitionChanges = []FieldChange{}

@@ -27,6 +27,25 @@ func (s *Service) registerDaemons(h *api.Handler) {
 	api.Register(h, "DescribeDaemonRevisions", s.DescribeDaemonRevisions)
 	api.Register(h, "ListDaemonDeployments", s.ListDaemonDeployments)
 	api.Register(h, "DescribeDaemonDeployments", s.DescribeDaemonDeployments)
+	api.RegisterExtension(h, "UpdateDaemonIfUnchanged", s.UpdateDaemonIfUnchanged)
+}
+
+// UpdateDaemonIfUnchangedRequest is an UpdateDaemon request that applies
+// only while the daemon's latest revision is still IfRevisionArn (the
+// ifRevisionArn of a PreviewDaemonUpdate), so what was previewed is what
+// is deployed.
+type UpdateDaemonIfUnchangedRequest struct {
+	shapes.UpdateDaemonRequest
+	IfRevisionArn string `json:"ifRevisionArn"`
+}
+
+// UpdateDaemonIfUnchanged is UpdateDaemon with the check, made in the same
+// transaction as the update.
+func (s *Service) UpdateDaemonIfUnchanged(ctx context.Context, req *UpdateDaemonIfUnchangedRequest) (*shapes.UpdateDaemonResponse, error) {
+	if req.IfRevisionArn == "" {
+		return nil, fault.Invalid("ifRevisionArn", "is required: the ifRevisionArn of the PreviewDaemonUpdate answer")
+	}
+	return s.updateDaemon(ctx, &req.UpdateDaemonRequest, req.IfRevisionArn)
 }
 
 // Daemon defaults where a request omits a setting (UpdateDaemon is a full
@@ -383,6 +402,12 @@ func (s *Service) supersede(ctx context.Context, tx *store.Txn, d store.Daemon, 
 }
 
 func (s *Service) UpdateDaemon(ctx context.Context, req *shapes.UpdateDaemonRequest) (*shapes.UpdateDaemonResponse, error) {
+	return s.updateDaemon(ctx, req, "")
+}
+
+// updateDaemon updates; ifRevision, when set, must still be the daemon's
+// latest revision.
+func (s *Service) updateDaemon(ctx context.Context, req *shapes.UpdateDaemonRequest, ifRevision string) (*shapes.UpdateDaemonResponse, error) {
 	var out *shapes.UpdateDaemonResponse
 	err := fleet.Retry(ctx, func() error {
 		it, cl, err := s.liveDaemon(ctx, req.DaemonArn)
@@ -392,6 +417,10 @@ func (s *Service) UpdateDaemon(ctx context.Context, req *shapes.UpdateDaemonRequ
 		d := it.Value
 		if d.Status != "ACTIVE" {
 			return fault.Conflicting("DaemonNotActiveException", "daemon %s is %s and cannot be updated", d.Arn, d.Status)
+		}
+		if ifRevision != "" && d.RevisionArn != ifRevision {
+			return fault.Conflicting("ConflictException", "ifRevisionArn: daemon %s changed since the preview: its latest revision is %s, not %s; preview the update again",
+				d.Arn, d.RevisionArn, ifRevision)
 		}
 		sp, guards, err := s.spec(ctx, cl, daemonRequest{
 			taskDefinition: req.DaemonTaskDefinitionArn, capacityProviders: req.CapacityProviderArns,
