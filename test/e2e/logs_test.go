@@ -344,3 +344,52 @@ func lastTick(t *testing.T, out string) int {
 	}
 	return last
 }
+
+// TestServiceLogs prints every task of a service, each line prefixed by
+// its task and container, whole and followed.
+func TestServiceLogs(t *testing.T) {
+	f := newFleet(t)
+	testenv.CapstanBinary(t)
+	agents.Start(t, f.srv, f.cluster)
+	td := f.register("chatty", f.container("main", "sh", "-c", "trap 'exit 0' TERM; echo svc-hello; while true; do echo svc-tick; sleep 0.3; done"))
+	ctx := context.Background()
+	if _, err := f.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(f.cluster), ServiceName: aws.String("chatty"),
+		TaskDefinition: aws.String(td), DesiredCount: aws.Int32(2)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.c.DeleteService(context.Background(), &ecs.DeleteServiceInput{Cluster: aws.String(f.cluster), Service: aws.String("chatty"), Force: aws.Bool(true)})
+	})
+	var ids []string
+	eventually(t, 90*time.Second, "two running tasks of the service", func() bool {
+		list, err := f.c.ListTasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(f.cluster), ServiceName: aws.String("chatty")})
+		if err != nil || len(list.TaskArns) != 2 {
+			return false
+		}
+		ids = ids[:0]
+		for _, arn := range list.TaskArns {
+			if aws.ToString(f.task(arn).LastStatus) != "RUNNING" {
+				return false
+			}
+			ids = append(ids, arn[strings.LastIndexByte(arn, '/')+1:])
+		}
+		return true
+	})
+	out, _ := f.capstanOK("logs", "--service", "chatty", "--cluster", f.cluster)
+	for _, id := range ids {
+		if !strings.Contains(out, "["+id+"/main] svc-hello\n") {
+			t.Fatalf("service logs lack task %s's first line:\n%s", id, out)
+		}
+	}
+	seen := map[string]bool{}
+	if !f.followUntil(20*time.Second, func(line string) bool {
+		for _, id := range ids {
+			if line == "["+id+"/main] svc-tick" {
+				seen[id] = true
+			}
+		}
+		return len(seen) == len(ids)
+	}, "logs", "--service", "chatty", "--cluster", f.cluster, "--follow", "--since", "1s") {
+		t.Fatalf("followed service logs showed ticks of %v, want both of %v", seen, ids)
+	}
+}
