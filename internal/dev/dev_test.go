@@ -101,6 +101,13 @@ func TestDev(t *testing.T) {
 	}
 	stop()
 	checkClean(t, rt, cluster)
+	// Ending the first run's instance, and the server's own shutdown, are
+	// expected: no warnings about them.
+	for _, w := range []string{"warning: server: managed instance lost", "warning: server: local instance had exited", "warning: server: etcd"} {
+		if strings.Contains(buf.String(), w) {
+			t.Errorf("the second run warned %q:\n%s", w, buf.String())
+		}
+	}
 	var none bytes.Buffer
 	if err := dev.URLs(ctx, cfg.DataDir, &none); err == nil || !strings.Contains(err.Error(), "capstan dev is not running on") {
 		t.Errorf("dev urls with dev stopped: %v\n%s", err, none.String())

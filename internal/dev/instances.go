@@ -106,13 +106,22 @@ func runWithProgress(cmd *exec.Cmd, out *printer, what string) ([]byte, error) {
 			w.Close()
 			<-read
 			if err == nil {
-				out.step("built the %s in %.0fs (%d packages compiled)", what, time.Since(began).Seconds(), built.Load())
+				out.step("built the %s in %.0fs (%s)", what, time.Since(began).Seconds(), compiled(built.Load()))
 			}
 			return log.Bytes(), err
 		case <-tick.C:
-			out.step("  building the %s: %d packages compiled, %.0fs so far", what, built.Load(), time.Since(began).Seconds())
+			out.step("  building the %s: %s, %.0fs so far", what, compiled(built.Load()), time.Since(began).Seconds())
 		}
 	}
+}
+
+// compiled says how far a build got; go build -v names only the packages
+// it compiles, not those it takes from its cache.
+func compiled(n int64) string {
+	if n == 0 {
+		return "packages from Go's build cache, linking"
+	}
+	return fmt.Sprintf("%d packages compiled", n)
 }
 
 // buildKey names what a build of cmd/capstan depends on: the toolchain and
