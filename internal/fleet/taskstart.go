@@ -163,6 +163,8 @@ type TaskRequest struct {
 	// HostAccess grants the tasks the host access their definition asks
 	// for; only an authorized API call sets it.
 	HostAccess bool
+	// Fargate is launchType FARGATE: the definition must be compatible.
+	Fargate bool
 }
 
 const noInstances = "No Container Instances were found in your cluster."
@@ -216,6 +218,9 @@ func (s *State) StartTasks(ctx context.Context, r TaskRequest) ([]shapes.Task, [
 		}
 		if err := CheckNetworkConfiguration(def.NetworkMode, r.NetworkConfiguration, r.owner == nil); err != nil {
 			return err
+		}
+		if r.Fargate && !slices.Contains(def.Compatibilities, "FARGATE") {
+			return &fault.Error{Kind: fault.InvalidParameter, Message: "Task definition does not support launch_type FARGATE."}
 		}
 		n, err := taskNeed(def, r.Overrides)
 		if err != nil {

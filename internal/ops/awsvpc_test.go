@@ -138,4 +138,33 @@ func TestAwsvpcNetworkConfiguration(t *testing.T) {
 	if got := f.describe(t, "vpc").NetworkConfiguration; got == nil || got.AwsvpcConfiguration == nil {
 		t.Fatalf("described networkConfiguration %+v", got)
 	}
+
+	// launchType FARGATE: managed instances, for definitions Fargate runs.
+	_, err = f.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String("apps"), ServiceName: aws.String("fg"),
+		TaskDefinition: aws.String(fg), DesiredCount: aws.Int32(0), NetworkConfiguration: awsvpcConfig(), LaunchType: types.LaunchTypeFargate})
+	wantECSError(t, err, "InvalidParameterException", "launchType", "managed-instances capacity provider")
+	createCapacityProvider(t, f.c, "apps", "apps-mi")
+	svc, err := f.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String("apps"), ServiceName: aws.String("fg"),
+		TaskDefinition: aws.String(fg), DesiredCount: aws.Int32(0), NetworkConfiguration: awsvpcConfig(), LaunchType: types.LaunchTypeFargate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := svc.Service.CapacityProviderStrategy; len(s) != 1 || aws.ToString(s[0].CapacityProvider) != "apps-mi" {
+		t.Fatalf("FARGATE service's strategy %+v", s)
+	}
+	_, err = f.c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("apps"), TaskDefinition: aws.String(f.td1), LaunchType: types.LaunchTypeFargate})
+	wantECSError(t, err, "InvalidParameterException", "Task definition does not support launch_type FARGATE.")
+	run, err := f.c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("apps"), TaskDefinition: aws.String(fg), LaunchType: types.LaunchTypeFargate,
+		NetworkConfiguration: awsvpcConfig()})
+	if err != nil || len(run.Tasks) != 1 {
+		t.Fatalf("RunTask FARGATE: %+v %v", run, err)
+	}
+	tk := run.Tasks[0]
+	if aws.ToString(tk.CapacityProviderName) != "apps-mi" && aws.ToString(tk.LastStatus) != "PROVISIONING" {
+		t.Errorf("FARGATE task %s on %q", aws.ToString(tk.LastStatus), aws.ToString(tk.CapacityProviderName))
+	}
+	if len(tk.Attachments) != 1 || aws.ToString(tk.Attachments[0].Type) != "ElasticNetworkInterface" ||
+		aws.ToString(tk.Attachments[0].Status) != "PRECREATED" {
+		t.Fatalf("new awsvpc task's attachments %+v", tk.Attachments)
+	}
 }

@@ -154,19 +154,27 @@ func serviceDeploymentConfig(cur, in *shapes.DeploymentConfiguration) (*shapes.D
 }
 
 // serviceCapacity resolves how a service gets instances: a launch type
-// (EC2 only) or a capacity provider strategy whose providers belong to the
-// cluster. Neither means the cluster's default strategy, else EC2.
+// (EC2, or FARGATE: the managed-instances provider it places on) or a
+// capacity provider strategy whose providers belong to the cluster. Neither means the cluster's default strategy, else EC2.
 func (s *Service) serviceCapacity(ctx context.Context, cl store.Item[store.Cluster], launchType string, strategy []shapes.CapacityProviderStrategyItem) (string, []shapes.CapacityProviderStrategyItem, []fleet.Guard, error) {
 	if launchType != "" && len(strategy) > 0 {
 		return "", nil, nil, fault.Invalid("launchType", "give a launch type or a capacityProviderStrategy, not both")
 	}
-	if launchType != "" {
-		if launchType != "EC2" {
-			return "", nil, nil, fault.NotSupported("launchType: Capstan runs services on registered instances with the EC2 launch type or a capacity provider strategy (got %s)", launchType)
-		}
-		return launchType, nil, nil, nil
-	}
 	field := "capacityProviderStrategy"
+	switch launchType {
+	case "":
+	case "EC2":
+		return launchType, nil, nil, nil
+	case "FARGATE":
+		// Recorded as the managed-instances strategy it places on.
+		cp, err := s.fargateCapacity(ctx, cl)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		strategy, field = []shapes.CapacityProviderStrategyItem{{CapacityProvider: cp}}, "launchType"
+	default:
+		return "", nil, nil, fault.NotSupported("launchType: Capstan runs services on registered instances with the EC2 launch type, on managed instances with FARGATE, or with a capacity provider strategy (got %s)", launchType)
+	}
 	if len(strategy) == 0 {
 		if strategy = cl.Value.DefaultCapacityProviderStrategy; len(strategy) == 0 {
 			return "EC2", nil, nil, nil
@@ -292,6 +300,9 @@ func (s *Service) CreateService(ctx context.Context, req *shapes.CreateServiceRe
 		}
 		if err := fleet.CheckNetworkConfiguration(td.Value.NetworkMode, req.NetworkConfiguration, true); err != nil {
 			return err
+		}
+		if req.LaunchType == "FARGATE" && !slices.Contains(td.Value.Compatibilities, "FARGATE") {
+			return errNotFargate
 		}
 		launchType, strategy, guards, err := s.serviceCapacity(ctx, cl, req.LaunchType, req.CapacityProviderStrategy)
 		if err != nil {

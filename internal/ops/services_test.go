@@ -161,7 +161,8 @@ func TestServiceCreateRefusals(t *testing.T) {
 		{"service registry", func(in *ecs.CreateServiceInput) {
 			in.ServiceRegistries = []types.ServiceRegistry{{RegistryArn: aws.String("arn:aws:servicediscovery:us-east-1:123456789012:service/srv-1")}}
 		}, "UnsupportedFeatureException"},
-		{"fargate", func(in *ecs.CreateServiceInput) { in.LaunchType = types.LaunchTypeFargate }, "UnsupportedFeatureException"},
+		{"fargate with a definition Fargate cannot run", func(in *ecs.CreateServiceInput) { in.LaunchType = types.LaunchTypeFargate }, "InvalidParameterException"},
+		{"external launch type", func(in *ecs.CreateServiceInput) { in.LaunchType = types.LaunchTypeExternal }, "UnsupportedFeatureException"},
 		{"circuit breaker", func(in *ecs.CreateServiceInput) {
 			in.DeploymentConfiguration = &types.DeploymentConfiguration{DeploymentCircuitBreaker: &types.DeploymentCircuitBreaker{Enable: true, Rollback: true}}
 		}, "UnsupportedFeatureException"},
