@@ -42,7 +42,7 @@ func detail(a types.Attachment, name string) string {
 
 // TestAwsvpcFargateService runs a task definition written for AWS Fargate
 // (awsvpc, FARGATE, task-level cpu and memory, a platform version) as a
-// service on a managed instance. The task gets an address of its own,
+// service with launchType FARGATE, which runs it on a managed instance. The task gets an address of its own,
 // shown in DescribeTasks as ECS shows an ENI; the host reaches the task's
 // port on it; the task reaches the instance's daemon as "daemon"; scaling
 // the service to 0 takes the address away.
@@ -79,7 +79,7 @@ func TestAwsvpcFargateService(t *testing.T) {
 	}
 	if _, err := f.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(f.cluster), ServiceName: aws.String("web"),
 		TaskDefinition: reg.TaskDefinition.TaskDefinitionArn, DesiredCount: aws.Int32(1), PlatformVersion: aws.String("LATEST"),
-		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("vpc")}},
+		LaunchType: types.LaunchTypeFargate, // placed on the cluster's managed-instances provider
 		NetworkConfiguration: &types.NetworkConfiguration{AwsvpcConfiguration: &types.AwsVpcConfiguration{
 			Subnets: []string{"subnet-0local"}, SecurityGroups: []string{"sg-0local"}}}}); err != nil {
 		t.Fatalf("create the service: %v", err)
