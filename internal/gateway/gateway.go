@@ -54,6 +54,8 @@ type Gateway struct {
 
 	lmu   sync.Mutex
 	lease *serverLease
+
+	logSlots chan struct{} // log requests in progress (logs.go)
 }
 
 // serverLease is the lease the server's session keys carry; ctx ends when
@@ -71,6 +73,7 @@ func New(svc *fleet.State, st *store.Store, v api.Verifier, serverID string, log
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "capstan_agent_sessions", Help: "Agent sessions connected to this server."}),
 		states:    prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_agent_task_states_total", Help: "Task states written from agent reports."}),
 		work:      newAdmission(placesInitial*cpus.Cores(), placesLow*cpus.Cores(), placesHigh*cpus.Cores()),
+		logSlots:  make(chan struct{}, maxLogRequests),
 	}
 	g.wg.Go(func() { g.work.adjust(ctx) })
 	return g

@@ -41,8 +41,6 @@ type logRequest struct {
 	overflow bool // the agent sent more than the window; q is closed
 }
 
-var logSlots = make(chan struct{}, maxLogRequests)
-
 // Logs asks the agent of a cluster's instance for a container's logs,
 // handing each chunk's lines to fn, and returns the request's end.
 func (g *Gateway) Logs(ctx context.Context, cluster, instance string, req protocol.LogRequest, fn func([]protocol.LogLine) error) (protocol.LogEnd, error) {
@@ -57,8 +55,8 @@ func (g *Gateway) Logs(ctx context.Context, cluster, instance string, req protoc
 		return protocol.LogEnd{}, protocol.ErrAgentNotConnected
 	}
 	select {
-	case logSlots <- struct{}{}:
-		defer func() { <-logSlots }()
+	case g.logSlots <- struct{}{}:
+		defer func() { <-g.logSlots }()
 	default:
 		return protocol.LogEnd{}, protocol.ErrLogsBusy
 	}

@@ -164,4 +164,22 @@ func TestLogRequestsOverTheSession(t *testing.T) {
 	if c := a.must(protocol.TypeLogCancel, 10*time.Second).LogCancel; c.ID != req.ID {
 		t.Fatalf("cancel %+v for request %d", c, req.ID)
 	}
+
+	// A server holds a bounded number of requests: past it, callers are
+	// told to retry.
+	hold, release := context.WithCancel(ctx)
+	var held []chan answer
+	for range 64 {
+		held = append(held, ask(hold, ops.GetTaskLogsRequest{Cluster: "lg", Task: task, WaitSeconds: aws.Int32(20)}))
+	}
+	for range 64 {
+		a.must(protocol.TypeLogRequest, 10*time.Second)
+	}
+	if ans := <-ask(ctx, ops.GetTaskLogsRequest{Cluster: "lg", Task: task}); ans.err == nil || !strings.Contains(ans.err.Error(), "ThrottlingException") {
+		t.Fatalf("request past the server's bound: %+v", ans)
+	}
+	release()
+	for _, ch := range held {
+		<-ch
+	}
 }
