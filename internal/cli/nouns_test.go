@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,13 +71,24 @@ func TestTaskServiceInstanceNouns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// One instance with a real agent (on Docker), one registered without.
+	// One instance with a real agent (on Docker), one registered without,
+	// and one of capacity provider mi, which runs daemon tick.
 	i1 := agents.Start(t, h.srv, "c").InstanceArn
 	i2 := h.registerInstance("c")
+	h.ok("capacity-provider", "create", "mi", "--cluster", "c", "--vcpu", "2", "--memory-mib", "4096")
+	td, err := h.srv.ECS().RegisterDaemonTaskDefinition(context.Background(), &ecs.RegisterDaemonTaskDefinitionInput{Family: aws.String("tick"),
+		ContainerDefinitions: []types.DaemonContainerDefinition{{Name: aws.String("tick"), Image: aws.String(testenv.BusyboxImage(t)),
+			Memory: aws.Int32(16), Command: []string{"sleep", "3600"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ok("daemon", "create", "tick", "--cluster", "c", "--task-definition", aws.ToString(td.DaemonTaskDefinitionArn),
+		"--capacity-provider", "mi", "--no-critical")
+	i3 := agents.StartEnv(t, agents.EnvFor(t, h.srv, "c", "mi", t.TempDir()), nil).InstanceArn
 
 	// Services.
-	out := h.ok("service", "create", "web", "--cluster", "c", "--task-definition", "web", "--desired-count", "2")
-	if !hasLine(out, "web", "ACTIVE", "2") {
+	out := h.ok("service", "create", "web", "--cluster", "c", "--task-definition", "web", "--desired-count", "2", "--wait", "--timeout", "90s")
+	if !hasLine(out, "web", "ACTIVE", "2") || !strings.Contains(out, "(web:1): COMPLETED, 2 of 2 running, 0 pending, 0 failed") {
 		t.Fatalf("service create:\n%s", out)
 	}
 	mine := h.okJSON("service", "describe", "web", "--cluster", "c")
@@ -94,7 +106,7 @@ func TestTaskServiceInstanceNouns(t *testing.T) {
 		t.Fatalf("service status:\n%s", out)
 	}
 
-	// Tasks: one run by hand beside the service's.
+	// Tasks: one run by hand beside the service's (and the daemon's).
 	run := h.okJSON("task", "run", "web:1", "--cluster", "c", "--started-by", "me")
 	taskArn := get(t, run, "tasks", 0, "taskArn").(string)
 	var listed []string
@@ -107,15 +119,18 @@ func TestTaskServiceInstanceNouns(t *testing.T) {
 				running++
 			}
 		}
-		if len(listed) == 3 && running == 3 {
+		if len(listed) == 4 && running == 4 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for 3 RUNNING tasks:\n%s\n%s", table, h.ok("service", "status", "web", "--cluster", "c"))
+			t.Fatalf("timed out waiting for 4 RUNNING tasks:\n%s\n%s", table, h.ok("service", "status", "web", "--cluster", "c"))
 		}
 	}
 	if want := strs(t, h.awsJSON("ecs", "list-tasks", "--cluster", "c")["taskArns"]); !slices.Equal(listed, want) {
 		t.Fatalf("task list %v, aws %v", listed, want)
+	}
+	if got := strs(t, h.okJSON("task", "list", "--cluster", "c", "--daemon", "tick")["taskArns"]); len(got) != 1 {
+		t.Fatalf("task list --daemon tick: %v", got)
 	}
 	if got := strs(t, h.okJSON("task", "list", "--cluster", "c", "--started-by", "me")["taskArns"]); !slices.Equal(got, []string{taskArn}) {
 		t.Fatalf("task list --started-by me: %v, want %s", got, taskArn)
@@ -141,13 +156,24 @@ func TestTaskServiceInstanceNouns(t *testing.T) {
 	}
 
 	// Instances.
-	if got, want := strs(t, h.okJSON("instance", "list", "--cluster", "c")["containerInstanceArns"]), strs(t, h.awsJSON("ecs", "list-container-instances", "--cluster", "c")["containerInstanceArns"]); !slices.Equal(got, want) || len(got) != 2 {
+	if got, want := strs(t, h.okJSON("instance", "list", "--cluster", "c")["containerInstanceArns"]), strs(t, h.awsJSON("ecs", "list-container-instances", "--cluster", "c")["containerInstanceArns"]); !slices.Equal(got, want) || len(got) != 3 {
 		t.Fatalf("instance list %v, aws %v", got, want)
 	}
 	out = h.ok("instance", "list", "--cluster", "c")
 	if !hasLine(out, "INSTANCE", "STATUS", "AGENT", "DAEMONS", "RUNNING", "PENDING", "FREE", "CPU") ||
-		!hasLine(out, lastSegment(i1), "ACTIVE", "connected", "0/0", "3", "0") || !hasLine(out, lastSegment(i2), "ACTIVE", "disconnected", "0/0", "0", "0", "1024", "2048") {
+		!hasLine(out, lastSegment(i1), "ACTIVE", "connected", "0/0") || !hasLine(out, lastSegment(i2), "ACTIVE", "disconnected", "0/0", "0", "0", "1024", "2048") ||
+		!hasLine(out, lastSegment(i3), "ACTIVE", "connected", "1/1") {
 		t.Fatalf("instance list table:\n%s", out)
+	}
+	sum := 0
+	for _, line := range strings.Split(out, "\n")[1:] {
+		if f := strings.Fields(line); len(f) > 4 {
+			n, _ := strconv.Atoi(f[4])
+			sum += n
+		}
+	}
+	if sum != 4 {
+		t.Fatalf("RUNNING column adds up to %d, want 4:\n%s", sum, out)
 	}
 	h.ok("instance", "drain", lastSegment(i2), "--cluster", "c")
 	theirs = h.awsJSON("ecs", "describe-container-instances", "--cluster", "c", "--container-instances", i2)
@@ -172,13 +198,13 @@ func TestTaskServiceInstanceNouns(t *testing.T) {
 			t.Fatalf("cluster %s: capstan %v, aws %v", f, a, b)
 		}
 	}
-	if get(t, theirs, "clusters", 0, "registeredContainerInstancesCount") != 2.0 || get(t, theirs, "clusters", 0, "activeServicesCount") != 1.0 {
+	if get(t, theirs, "clusters", 0, "registeredContainerInstancesCount") != 3.0 || get(t, theirs, "clusters", 0, "activeServicesCount") != 1.0 {
 		t.Fatalf("cluster counts: %v", theirs)
 	}
-	if get(t, theirs, "clusters", 0, "runningTasksCount") != 3.0 || get(t, theirs, "clusters", 0, "pendingTasksCount") != 0.0 {
+	if get(t, theirs, "clusters", 0, "runningTasksCount") != 4.0 || get(t, theirs, "clusters", 0, "pendingTasksCount") != 0.0 {
 		t.Fatalf("running and pending tasks: %v", theirs)
 	}
-	if out := h.ok("cluster", "list"); !hasLine(out, "c", "ACTIVE", "2", "3", "0", "1") {
+	if out := h.ok("cluster", "list"); !hasLine(out, "c", "ACTIVE", "3", "4", "0", "1") {
 		t.Fatalf("cluster list:\n%s", out)
 	}
 
