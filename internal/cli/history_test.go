@@ -91,3 +91,19 @@ func TestDaemonHistoryAndRollbackNames(t *testing.T) {
 	h.fails(2, "no revision in the daemon's history has that ID", "daemon", "rollback", "cw", "--cluster", "c", "--to-revision", "other:3")
 	h.fails(1, "DaemonNotFoundException", "daemon", "history", "nope", "--cluster", "c")
 }
+
+// The rollout block shows family:revision beside the revision IDs it names.
+func TestRolloutBlockNamesTaskDefinitions(t *testing.T) {
+	const target, back = "arn:aws:ecs:us-east-1:123456789012:daemon-revision/c/cw/222", "arn:aws:ecs:us-east-1:123456789012:daemon-revision/c/cw/111"
+	r := &rollout{DaemonDeploymentArn: "arn:aws:ecs:us-east-1:123456789012:daemon-deployment/c/cw/d1", Status: "ROLLBACK_IN_PROGRESS",
+		TargetDaemonRevisionArn: target, RollbackTargetDaemonRevisionArn: back,
+		labels: map[string]string{target: "agent:3", back: "agent:2"}}
+	out := strings.Join(rolloutBlock(r, time.Now()), "\n")
+	if !hasLine(out, "Target", "revision:", "222", "(agent:3)") || !hasLine(out, "Rolling", "back", "to:", "111", "(agent:2)") {
+		t.Fatalf("block:\n%s", out)
+	}
+	r.labels = nil // a server that could not say: IDs alone
+	if out := strings.Join(rolloutBlock(r, time.Now()), "\n"); !hasLine(out, "Target", "revision:", "222") || strings.Contains(out, "(agent") {
+		t.Fatalf("block without labels:\n%s", out)
+	}
+}
