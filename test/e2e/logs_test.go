@@ -393,3 +393,28 @@ func TestServiceLogs(t *testing.T) {
 		t.Fatalf("followed service logs showed ticks of %v, want both of %v", seen, ids)
 	}
 }
+
+// TestDaemonLogs prints a daemon's task on one instance, through the
+// daemon network mode the agent runs it in.
+func TestDaemonLogs(t *testing.T) {
+	f := newFleet(t)
+	testenv.CapstanBinary(t)
+	cp := f.capacityProvider("logs-mi")
+	f.daemon("collector", cp, true, "sh", "-c", "trap 'exit 0' TERM; echo collector-up; while true; do sleep 1; done")
+	a := agents.StartEnv(t, agents.EnvFor(t, f.srv, f.cluster, "logs-mi", t.TempDir()), f.rt)
+	eventually(t, 60*time.Second, "instance ACTIVE", func() bool { return aws.ToString(f.instance(a.InstanceArn).Status) == "ACTIVE" })
+	dts := f.daemonTasks("collector", "RUNNING")
+	if len(dts) != 1 {
+		t.Fatalf("daemon tasks %+v", dts)
+	}
+	arn := aws.ToString(dts[0].TaskArn)
+	id := arn[strings.LastIndexByte(arn, '/')+1:]
+	instance := a.InstanceArn[strings.LastIndexByte(a.InstanceArn, '/')+1:]
+	eventually(t, 20*time.Second, "the daemon's first line", func() bool {
+		out, _ := f.capstanOK("logs", "--daemon", "collector", "--instance", instance, "--cluster", f.cluster)
+		return out == "["+id+"/collector] collector-up\n"
+	})
+	if code, _, errs := f.capstanCLI("logs", "--instance", instance, "--cluster", f.cluster); code == 0 || !strings.Contains(errs, "give one of TASK") {
+		t.Fatalf("--instance without --daemon: exit %d, %s", code, errs)
+	}
+}
