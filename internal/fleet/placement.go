@@ -278,3 +278,19 @@ func (p *spreadPicker) next() *candidate {
 		p.rnd.Shuffle(len(p.queue), func(i, j int) { p.queue[i], p.queue[j] = p.queue[j], p.queue[i] })
 	}
 }
+
+// withDefinitionConstraints adds a task definition's memberOf constraints
+// to rules, without changing rules' own list.
+func withDefinitionConstraints(rules placementRules, cs []shapes.TaskDefinitionPlacementConstraint) (placementRules, error) {
+	for i, c := range cs {
+		if c.Type != "memberOf" {
+			continue
+		}
+		e, err := parseQuery(c.Expression)
+		if err != nil {
+			return rules, fault.Invalid(fieldIndex("taskDefinition.placementConstraints", i)+".expression", "invalid expression %q: %v", Clip(c.Expression), err)
+		}
+		rules.memberOf = append(slices.Clip(rules.memberOf), instanceFilter{e})
+	}
+	return rules, nil
+}

@@ -226,12 +226,20 @@ func (s *State) StartTasks(ctx context.Context, r TaskRequest) ([]shapes.Task, [
 		if err != nil {
 			return err
 		}
+		rules := r.Rules
+		if r.Instances == nil {
+			// The scheduler honours the definition's constraints too;
+			// StartTask, naming its instances, does not (as ECS).
+			if rules, err = withDefinitionConstraints(r.Rules, def.PlacementConstraints); err != nil {
+				return err
+			}
+		}
 		group := r.Group
 		if group == "" {
 			group = "family:" + def.Family
 		}
 		var room need
-		if r.Instances == nil && r.Rules.narrowsByRoom() {
+		if r.Instances == nil && rules.narrowsByRoom() {
 			room = need{cpu: n.cpu, mem: n.mem}
 		}
 		cands, err := s.candidates(ctx, cluster, group, r.Instances, room)
@@ -249,7 +257,7 @@ func (s *State) StartTasks(ctx context.Context, r TaskRequest) ([]shapes.Task, [
 				}
 				short = slices.Clip(short)
 			}
-			_, why := place(append(slices.Clip(pool), short...), n, r.Rules, rnd)
+			_, why := place(append(slices.Clip(pool), short...), n, rules, rnd)
 			return why
 		}
 		if r.CapacityProvider != "" {
@@ -375,7 +383,7 @@ func (s *State) StartTasks(ctx context.Context, r TaskRequest) ([]shapes.Task, [
 			rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 			var picker *spreadPicker
 			if r.Instances == nil {
-				picker = newSpreadPicker(cands, n, r.Rules, rnd)
+				picker = newSpreadPicker(cands, n, rules, rnd)
 			}
 			for i := range left {
 				if r.Count > startChunk && len(chunk) == s.chunkSize() {
@@ -393,7 +401,7 @@ func (s *State) StartTasks(ctx context.Context, r TaskRequest) ([]shapes.Task, [
 				case len(pool) > 0 && picker != nil:
 					c = picker.next()
 				case len(pool) > 0:
-					c, why = place(pool, n, r.Rules, rnd)
+					c, why = place(pool, n, rules, rnd)
 				}
 				if c == nil && r.CapacityProvider == "" && r.Instances == nil {
 					why = whyNot(pool, rnd)

@@ -205,3 +205,53 @@ func TestAttributesRefuseBadInput(t *testing.T) {
 	_, err = c.ListAttributes(ctx, &ecs.ListAttributesInput{Cluster: aws.String("at"), TargetType: types.TargetTypeContainerInstance, AttributeValue: aws.String("v")})
 	wantECSError(t, err, "InvalidParameterException", "attributeValue")
 }
+
+// A task definition's memberOf constraints hold for RunTask and services
+// along with the call's own; StartTask, which names its instance, skips
+// them, as on ECS.
+func TestTaskDefinitionConstraintsPlace(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartServer(t, "")
+	c := srv.ECS()
+	if _, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("tc")}); err != nil {
+		t.Fatal(err)
+	}
+	blue := aws.ToString(registerInstance(t, srv, "tc").ContainerInstanceArn)
+	green := aws.ToString(registerInstance(t, srv, "tc").ContainerInstanceArn)
+	if _, err := c.PutAttributes(ctx, &ecs.PutAttributesInput{Cluster: aws.String("tc"), Attributes: []types.Attribute{
+		attr("stack", "blue", blue), attr("stack", "green", green)}}); err != nil {
+		t.Fatal(err)
+	}
+	register := func(expr string) string {
+		td, err := c.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String("pinned"),
+			ContainerDefinitions: []types.ContainerDefinition{{Name: aws.String("web"), Image: aws.String("busybox"), Memory: aws.Int32(64)}},
+			PlacementConstraints: []types.TaskDefinitionPlacementConstraint{{Type: types.TaskDefinitionPlacementConstraintTypeMemberOf, Expression: aws.String(expr)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return aws.ToString(td.TaskDefinition.TaskDefinitionArn)
+	}
+	pinned := register("attribute:stack == blue")
+	out, err := c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("tc"), TaskDefinition: aws.String(pinned), Count: aws.Int32(3)})
+	if err != nil || len(out.Tasks) != 3 {
+		t.Fatalf("run: %v %+v", err, out)
+	}
+	for _, tk := range out.Tasks {
+		if aws.ToString(tk.ContainerInstanceArn) != blue {
+			t.Fatalf("task placed on %s, want blue", aws.ToString(tk.ContainerInstanceArn))
+		}
+	}
+	// With the call's own constraint too, nothing can match both.
+	out, err = c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("tc"), TaskDefinition: aws.String(pinned),
+		PlacementConstraints: []types.PlacementConstraint{{Type: types.PlacementConstraintTypeMemberOf, Expression: aws.String("attribute:stack == green")}}})
+	if err != nil || len(out.Tasks) != 0 || len(out.Failures) == 0 {
+		t.Fatalf("conflicting constraints: %v %+v", err, out)
+	}
+	st, err := c.StartTask(ctx, &ecs.StartTaskInput{Cluster: aws.String("tc"), TaskDefinition: aws.String(pinned), ContainerInstances: []string{green}})
+	if err != nil || len(st.Tasks) != 1 {
+		t.Fatalf("StartTask on green: %v %+v", err, st)
+	}
+	bad := register("attribute:stack === blue")
+	_, err = c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String("tc"), TaskDefinition: aws.String(bad)})
+	wantECSError(t, err, "InvalidParameterException", "taskDefinition.placementConstraints[0].expression", "attribute:stack === blue")
+}
