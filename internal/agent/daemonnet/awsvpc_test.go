@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capstanhq/capstan/internal/agent/daemonnet"
 	"github.com/capstanhq/capstan/internal/agent/engine"
@@ -166,5 +167,17 @@ func TestAwsvpcTasks(t *testing.T) {
 	eventually(t, "the unknown task's holder removed", func() (bool, string) {
 		hs := e.taskHolders()
 		return len(hs) == 1 && hs[0].Labels[engine.LabelNetworkOf] == b.Arn, strconv.Itoa(len(hs)) + " holders"
+	})
+
+	// A task whose holder dies has lost its network: it stops, saying so.
+	if err := e.rt.Stop(t.Context(), e.taskHolders()[0].ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.waitStatus(b.Arn, engine.StatusStopped); st.StoppedReason != engine.ReasonNetworkLost {
+		t.Fatalf("task b after its holder died: %q", st.StoppedReason)
+	}
+	eventually(t, "the dead holder removed", func() (bool, string) {
+		n := len(e.taskHolders())
+		return n == 0, strconv.Itoa(n) + " holders"
 	})
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/runtime"
 )
 
 // TaskNetwork gives awsvpc tasks a network namespace each: a holder
@@ -89,6 +90,22 @@ func (t *task) onNetResult(ctx context.Context, r opResult) {
 			t.log.Warn("cannot remove the task's network namespace holder", "err", r.err)
 		}
 		t.netReleased = true
+	}
+}
+
+// ReasonNetworkLost stops an awsvpc task whose holder went: its containers
+// are left in a namespace with no network.
+const ReasonNetworkLost = "the task's network namespace holder exited; its containers have no network"
+
+// onNetEvent stops the task when its holder dies or is removed while the
+// task runs.
+func (t *task) onNetEvent(ev runtime.Event) {
+	if t.tnet == nil || t.netReleased || t.netOp || t.stopping || t.tnet.Mode != "container:"+ev.ContainerID {
+		return
+	}
+	if ev.Action == runtime.EventDie || ev.Action == runtime.EventDestroy {
+		t.log.Warn("task network namespace holder went; stopping the task", "holder", ev.ContainerID, "action", ev.Action)
+		t.stop(StopEssentialContainerExited, ReasonNetworkLost)
 	}
 }
 

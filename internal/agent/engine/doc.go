@@ -68,8 +68,8 @@
 //     awsvpc tasks get a namespace of their own from Config.TaskNetwork
 //     (refused without one) before their containers are created, joined
 //     by every container, reported as the task's attachment and removed
-//     once every container has stopped; anything else stops the task with
-//     a reason. Bridge tasks run on
+//     once every container has stopped; a holder that dies stops its task
+//     (ReasonNetworkLost). Anything else stops the task with a reason. Bridge tasks run on
 //     Config.BridgeNetwork when set (the agent's per-instance network),
 //     with ports, hostnames and links as on the default bridge.
 //   - Volumes: host volumes with a sourcePath are bind mounts; scratch

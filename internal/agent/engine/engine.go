@@ -569,7 +569,11 @@ func (e *Engine) route(ev runtime.Event) {
 	e.mu.Lock()
 	t := e.byID[ev.ContainerID]
 	if t == nil && ev.Labels[LabelInstance] == e.cfg.ContainerInstanceArn {
-		t = e.tasks[ev.Labels[LabelTaskArn]]
+		arn := ev.Labels[LabelTaskArn]
+		if arn == "" {
+			arn = ev.Labels[LabelNetworkOf] // an awsvpc task's holder
+		}
+		t = e.tasks[arn]
 	}
 	e.mu.Unlock()
 	if t != nil {

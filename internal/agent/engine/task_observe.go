@@ -10,6 +10,10 @@ import (
 )
 
 func (t *task) onEvent(ev runtime.Event) {
+	if ev.Labels[LabelTaskArn] == "" && ev.Labels[LabelNetworkOf] != "" {
+		t.onNetEvent(ev)
+		return
+	}
 	c := t.byID(ev.ContainerID)
 	if c == nil {
 		c = t.container(ev.Labels[LabelContainerName])
