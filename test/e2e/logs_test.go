@@ -69,6 +69,20 @@ func TestTaskLogs(t *testing.T) {
 	if _, err := time.Parse(time.RFC3339Nano, ts); err != nil || msg != "bye-from-stopped" || !strings.Contains(errs, "stopped-err") {
 		t.Fatalf("stopped task's logs with times:\nstdout:\n%s\nstderr:\n%s", out, errs)
 	}
+	// -o json: one object per line, both streams, with task and container.
+	out, _ = f.capstanOK("logs", stopped, "--cluster", f.cluster, "-o", "json")
+	var objs []map[string]string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var o map[string]string
+		if err := json.Unmarshal([]byte(l), &o); err != nil {
+			t.Fatalf("-o json line %q: %v", l, err)
+		}
+		objs = append(objs, o)
+	}
+	if len(objs) != 2 || objs[0]["task"] != stopped || objs[0]["container"] != "main" || objs[0]["message"] != "bye-from-stopped" ||
+		objs[0]["stream"] != "stdout" || objs[1]["stream"] != "stderr" || objs[1]["timestamp"] == "" {
+		t.Fatalf("-o json: %v", objs)
+	}
 	// Following a stopped task prints its lines and ends by itself.
 	out, _ = f.capstanOK("logs", stopped, "--cluster", f.cluster, "--follow")
 	if out != "bye-from-stopped\n" {
