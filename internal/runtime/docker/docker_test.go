@@ -477,8 +477,13 @@ func TestStopKillsAfterTimeout(t *testing.T) {
 func TestStopGraceful(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
-	id := f.run(f.spec("sh", "-c", `trap "exit 0" TERM; sleep 1000 & wait`))
-	f.waitState(id, func(c runtime.Container) bool { return c.State == runtime.StateRunning }, "running")
+	// PID 1 ignores a TERM it has no handler for, so the stop must wait
+	// until the trap is in place, which the marker file says.
+	id := f.run(f.spec("sh", "-c", `trap "exit 0" TERM; touch /trapped; sleep 1000 & wait`))
+	waitFor(t, "the TERM trap", func() (bool, error) {
+		code, _, err := f.rt.Exec(ctx, id, []string{"test", "-e", "/trapped"})
+		return err == nil && code == 0, nil
+	})
 	if err := f.rt.Stop(ctx, id, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
