@@ -116,3 +116,29 @@ func TestCLIRoughEdges(t *testing.T) {
 		t.Fatalf("the deployment after Ctrl-C: %v\n%s", err, out)
 	}
 }
+
+// TestRoleFlagMistakes: server, dev and etcd report a flag mistake as the
+// client does, in two lines, and print their flags only when asked.
+func TestRoleFlagMistakes(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"server", "--bogus"}, "capstan: flag provided but not defined: --bogus\nRun 'capstan server --help' for usage.\n"},
+		{[]string{"dev", "--data-dri", "x"}, "capstan: flag provided but not defined: --data-dri\nRun 'capstan dev --help' for usage.\n"},
+		{[]string{"etcd", "--listen"}, "capstan: flag needs an argument: --listen\nRun 'capstan etcd --help' for usage.\n"},
+		{[]string{"dev", "urls", "-x"}, "capstan: flag provided but not defined: -x\nRun 'capstan dev urls --help' for usage.\n"},
+	} {
+		cmd := client(t, nil, c.args...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		if exitCode(err) != 2 || stderr.String() != c.want || stdout.String() != "" {
+			t.Errorf("capstan %v: exit %d\nstdout:\n%s\nstderr:\n%s", c.args, exitCode(err), stdout.String(), stderr.String())
+		}
+	}
+	out, err := client(t, nil, "server", "--help").Output()
+	if err != nil || !strings.Contains(string(out), "-data-dir") {
+		t.Errorf("server --help: %v\n%s", err, out)
+	}
+}

@@ -12,7 +12,7 @@ func runDev(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "urls" {
 		fs := flag.NewFlagSet("capstan dev urls", flag.ContinueOnError)
 		dir := fs.String("data-dir", dev.DefaultDataDir(), "data directory of the running capstan dev")
-		if err := fs.Parse(args[1:]); err != nil {
+		if err := parseFlags(fs, args[1:]); err != nil {
 			return err
 		}
 		return dev.URLs(ctx, *dir, os.Stdout)
@@ -27,7 +27,7 @@ func runDev(ctx context.Context, args []string) error {
 		fs.Output().Write([]byte("Usage: capstan dev [flags]        run Capstan and a sample on this machine\n       capstan dev urls [--data-dir D]  print what the running one runs, and where\n\n"))
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	return dev.Run(ctx, cfg)

@@ -21,7 +21,7 @@ func runEtcd(ctx context.Context, args []string) error {
 	fs.StringVar(&listen, "listen", "127.0.0.1:2379", "IP:PORT servers reach the member on, over TLS with the client certificate it generates (capstan server --etcd-endpoints https://IP:PORT)")
 	fs.StringVar(&peer, "peer-listen", "127.0.0.1:2380", "IP:PORT of the member's peer URL (TLS, client certificates of its CA only)")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

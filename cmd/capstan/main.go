@@ -50,9 +50,8 @@ func main() {
 	default:
 		os.Exit(cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr))
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "capstan:", err)
-		os.Exit(1)
+	if code := exitFor(err); code != 0 {
+		os.Exit(code)
 	}
 }
 

@@ -75,7 +75,7 @@ func runServer(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.MaxConnections, "max-connections", server.DefaultMaxConnections, "most connections open at once on the API listener; more are closed as accepted (docs/security.md)")
 	fs.IntVar(&cfg.MaxUnauthenticated, "max-unauthenticated-requests", server.DefaultMaxUnauthenticated, "most requests in flight before their signature is verified; more get ThrottlingException (docs/security.md)")
 	fs.IntVar(&perCore, "procs-per-core", cpus.ProcsPerCore, "Go processors per core (1-8; GOMAXPROCS in the environment wins): more keep the API's latency low while the cores are saturated, at a cost in throughput (docs/api.md)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if perCore < 1 || perCore > 8 {
