@@ -36,8 +36,16 @@ func (s *Service) RunTask(ctx context.Context, req *shapes.RunTaskRequest) (*sha
 		}
 		cp = name
 	}
-	if req.LaunchType != "" && req.LaunchType != "EC2" {
-		return nil, fault.NotSupported("launchType: Capstan runs EC2-style tasks on registered instances (got %s)", req.LaunchType)
+	if req.LaunchType == "FARGATE" && cp == "" {
+		cl, err := s.ActiveCluster(ctx, "cluster", req.Cluster)
+		if err != nil {
+			return nil, err
+		}
+		if cp, err = s.fargateCapacity(ctx, cl); err != nil {
+			return nil, err
+		}
+	} else if req.LaunchType != "" && req.LaunchType != "EC2" {
+		return nil, fault.NotSupported("launchType: Capstan runs EC2-style tasks on registered instances, and FARGATE ones on managed instances (got %s)", req.LaunchType)
 	}
 	count := 1
 	if req.Count != nil {
@@ -52,7 +60,8 @@ func (s *Service) RunTask(ctx context.Context, req *shapes.RunTaskRequest) (*sha
 	}
 	tasks, failures, err := s.StartTasks(ctx, fleet.TaskRequest{Cluster: req.Cluster, TaskDefinition: req.TaskDefinition, Group: req.Group,
 		StartedBy: req.StartedBy, Overrides: req.Overrides, Tags: req.Tags, Count: count, NetworkConfiguration: req.NetworkConfiguration, Rules: rules,
-		CapacityProvider: cp, HostAccess: true}) // the call was authorized, host access included
+		CapacityProvider: cp, HostAccess: true, Fargate: req.LaunchType == "FARGATE",
+		ExecuteCommand: req.EnableExecuteCommand != nil && *req.EnableExecuteCommand}) // the call was authorized, host access included
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +74,8 @@ func (s *Service) StartTask(ctx context.Context, req *shapes.StartTaskRequest) (
 	}
 	tasks, failures, err := s.StartTasks(ctx, fleet.TaskRequest{Cluster: req.Cluster, TaskDefinition: req.TaskDefinition, Group: req.Group,
 		StartedBy: req.StartedBy, Overrides: req.Overrides, Tags: req.Tags, Count: len(req.ContainerInstances),
-		NetworkConfiguration: req.NetworkConfiguration, Instances: req.ContainerInstances, HostAccess: true})
+		NetworkConfiguration: req.NetworkConfiguration, Instances: req.ContainerInstances, HostAccess: true,
+		ExecuteCommand: req.EnableExecuteCommand != nil && *req.EnableExecuteCommand})
 	if err != nil {
 		return nil, err
 	}
