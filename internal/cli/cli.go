@@ -199,6 +199,9 @@ func (s *session) interrupted(n *noun, v *verb, fs *flag.FlagSet, pos []string) 
 		if f := fs.Lookup("cluster"); f != nil && f.Value.String() != "" {
 			watch += " --cluster " + f.Value.String()
 		}
+		if n.name == "service" {
+			watch += " --wait"
+		}
 	}
 	fmt.Fprintf(s.stderr, "capstan: stopped waiting; the deployment goes on in the server. Follow it again with: %s\n", watch)
 	return exitInterrupted

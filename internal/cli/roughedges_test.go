@@ -89,6 +89,14 @@ func TestInterruptedWait(t *testing.T) {
 	if r.code != exitInterrupted || r.stderr != want {
 		t.Fatalf("interrupted rollout status: exit %d\n%s", r.code, r.stderr)
 	}
+
+	// A service whose task has nowhere to run: its deployment goes on too.
+	h.ok("task-definition", "register", "-f", "testdata/web.json")
+	r = interrupt("service", "create", "web", "--cluster", "c", "--task-definition", "web", "--wait")
+	want = "capstan: stopped waiting; the deployment goes on in the server. Follow it again with: capstan service status web --cluster c --wait\n"
+	if r.code != exitInterrupted || r.stderr != want {
+		t.Fatalf("interrupted service create --wait: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
 }
 
 // TestEventsOncePerChange: writes of an instance that change nothing a
