@@ -158,7 +158,7 @@ func (s *State) StartDaemonTask(ctx context.Context, ci store.ContainerInstance,
 		case rem.memory < n.mem:
 			return fmt.Errorf("%w: RESOURCE:MEMORY - daemon needs %d MiB, %d MiB free", ErrNoRoom, n.mem, rem.memory)
 		}
-		r := TaskRequest{Group: "daemon:" + d.Name, StartedBy: "daemon/" + d.Name}
+		r := TaskRequest{Group: "daemon:" + d.Name, StartedBy: "daemon/" + d.Name, ExecuteCommand: d.Spec.EnableExecuteCommand}
 		if d.Spec.PropagateTags == "DAEMON" {
 			r.Tags = d.Tags
 		}

@@ -56,7 +56,8 @@ func (s *State) StartServiceTasks(ctx context.Context, svc store.Item[store.Serv
 	}
 	tasks, failures, err := s.StartTasks(ctx, TaskRequest{Cluster: v.Cluster, TaskDefinition: dep.TaskDefinition,
 		Group: "service:" + v.ServiceName, StartedBy: dep.Id, Tags: tags, Count: n, Rules: rules,
-		owner: &Guard{svc.Key, svc.Rev}, CapacityProvider: cp, HostAccess: svc.Value.HostAccess, NetworkConfiguration: v.NetworkConfiguration})
+		owner: &Guard{svc.Key, svc.Rev}, CapacityProvider: cp, HostAccess: svc.Value.HostAccess, NetworkConfiguration: v.NetworkConfiguration,
+		ExecuteCommand: v.EnableExecuteCommand != nil && *v.EnableExecuteCommand})
 	switch {
 	case errors.Is(err, errOwnerChanged):
 		return nil, nil, fmt.Errorf("service %s: %w", v.ServiceArn, store.ErrConflict)

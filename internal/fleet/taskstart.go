@@ -165,6 +165,9 @@ type TaskRequest struct {
 	HostAccess bool
 	// Fargate is launchType FARGATE: the definition must be compatible.
 	Fargate bool
+	// ExecuteCommand is the call's enableExecuteCommand: ExecuteCommand
+	// serves only tasks started with it.
+	ExecuteCommand bool
 }
 
 const noInstances = "No Container Instances were found in your cluster."
@@ -568,6 +571,7 @@ func (s *State) newTask(cluster, clusterArn string, ci store.ContainerInstance, 
 	t.Group = group
 	t.StartedBy = r.StartedBy
 	t.Tags = r.Tags
+	t.EnableExecuteCommand = ptr(r.ExecuteCommand)
 	t.Version = ptr(int64(1))
 	t.Cpu = strconv.Itoa(n.cpu)
 	t.Memory = strconv.Itoa(n.mem)
