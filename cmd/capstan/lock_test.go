@@ -149,9 +149,16 @@ func second(t *testing.T, holder *proc, what string, args ...string) {
 func TestServerDataDirLock(t *testing.T) {
 	data := t.TempDir()
 	args := []string{"server", "--data-dir", data, "--listen", "127.0.0.1:0", "--provisioner", "none"}
-	first := start(t, t.TempDir(), args...)
+	// In the source tree, where capstan dev runs.
+	src, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := start(t, src, args...)
 	first.waitFor(t, "capstan server ready", time.Minute)
 	second(t, first, "capstan server", args...)
+	// capstan dev is refused too, naming the server.
+	second(t, first, "capstan server", "dev", "--data-dir", data, "--listen", "127.0.0.1:0")
 
 	first.cmd.Process.Signal(syscall.SIGINT)
 	if err := <-first.done; err != nil {

@@ -187,6 +187,9 @@ func (d *env) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := d.lockDataDir(); err != nil {
+		return err
+	}
 	if d.rt, err = connectDocker(ctx); err != nil {
 		return err
 	}
@@ -309,24 +312,47 @@ func connectDocker(ctx context.Context) (*docker.Runtime, error) {
 // so --fresh never wipes a directory it did not make.
 const markerFile = "capstan-dev"
 
-func (d *env) prepareDataDir(ctx context.Context) error {
+// lockDataDir takes the data directory's lock, after checking it is one
+// dev may use. Nothing is touched before the lock is ours: a second
+// capstan dev on the same directory would otherwise end the first one's
+// instances.
+func (d *env) lockDataDir() error {
+	if d.lock != nil {
+		return nil
+	}
 	dir := d.cfg.DataDir
-	// Nothing is touched before the lock is ours: a second capstan dev on
-	// the same directory would otherwise end the first one's instances.
 	entries, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	if !ownDataDir(dir, entries) {
+	own := ownDataDir(dir, entries)
+	// A directory with a lock file is Capstan's: one in use is said to be.
+	if _, err := os.Stat(filepath.Join(dir, server.LockFile)); own || err == nil {
+		if d.lock, err = server.LockDataDir(dir, "capstan dev"); err != nil {
+			return err
+		}
+	}
+	if !own {
+		d.lock.Release()
+		d.lock = nil
 		if d.cfg.Fresh {
 			return fmt.Errorf("--fresh: refusing to wipe %s: capstan dev did not create it (no %s file)", dir, markerFile)
 		}
 		return fmt.Errorf("data dir %s holds files capstan dev did not create; choose another with --data-dir", dir)
 	}
-	if d.lock == nil {
-		if d.lock, err = server.LockDataDir(dir, "capstan dev"); err != nil {
-			return err
-		}
+	return nil
+}
+
+// prepareDataDir wipes the data directory for --fresh and marks it as
+// dev's, under its lock.
+func (d *env) prepareDataDir(ctx context.Context) error {
+	if err := d.lockDataDir(); err != nil {
+		return err
+	}
+	dir := d.cfg.DataDir
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("data dir: %w", err)
 	}
 	if d.cfg.Fresh && len(entries) > 0 {
 		// Instances of a run that was killed may still be running; their
