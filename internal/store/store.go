@@ -131,6 +131,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.closeClient()
 		return nil, err
 	}
+	if err := s.checkSchema(ctx); err != nil {
+		s.closeClient()
+		return nil, err
+	}
 	if err := s.checkSealer(ctx); err != nil {
 		s.closeClient()
 		return nil, err
