@@ -42,7 +42,10 @@ const LevelCritical = slog.LevelError + 4
 
 // Config is the agent's whole configuration. Build it with Load.
 type Config struct {
-	Endpoint string // control plane URL
+	Endpoint string // control plane URL: the first of Endpoints
+	// Endpoints are the servers the agent may talk to, in the order it
+	// tries them (CAPSTAN_ENDPOINT may list several, comma-separated).
+	Endpoints []string
 	// CABundle is a PEM file of the certificates the server's is checked
 	// against ("": the system's roots).
 	CABundle string
@@ -169,7 +172,7 @@ func (c Config) MetadataURIAddr(networkMode string) string {
 func (c Config) String() string {
 	var b strings.Builder
 	add := func(k string, v any) { fmt.Fprintf(&b, "%s=%v ", k, v) }
-	add("endpoint", c.Endpoint)
+	add("endpoint", strings.Join(c.Endpoints, ","))
 	add("caBundle", c.CABundle)
 	add("cluster", c.Cluster)
 	add("dataDir", c.DataDir)
@@ -377,11 +380,13 @@ var (
 )
 
 func (p *parser) fill(c *Config) {
-	c.Endpoint = p.str(envEndpoint, "")
-	if c.Endpoint == "" {
+	raw := p.str(envEndpoint, "")
+	if raw == "" {
 		p.fail(envEndpoint, "is required (or --endpoint): the control plane URL, e.g. https://capstan.example:8443")
-	} else if u, err := url.Parse(c.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		p.fail(envEndpoint, "must be an http:// or https:// URL with a host")
+	} else if eps, err := parseEndpoints(raw); err != nil {
+		p.fail(envEndpoint, err.Error())
+	} else {
+		c.Endpoints, c.Endpoint = eps, eps[0]
 	}
 	c.CABundle = p.caBundle()
 	c.Cluster = p.str(envCluster, "default")
@@ -477,4 +482,23 @@ func (p *parser) fill(c *Config) {
 	default:
 		p.fail(envRuntime, "must be docker or sim")
 	}
+}
+
+// parseEndpoints splits a comma-separated list of server URLs, each
+// http:// or https:// with a host; repeats are dropped.
+func parseEndpoints(raw string) ([]string, error) {
+	var out []string
+	for i, e := range strings.Split(raw, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			return nil, fmt.Errorf("URL %d of the list is empty: want comma-separated http:// or https:// URLs", i+1)
+		}
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return nil, fmt.Errorf("must be an http:// or https:// URL with a host (or several, comma-separated), got %q", e)
+		}
+		if !slices.Contains(out, e) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }

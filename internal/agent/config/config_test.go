@@ -56,6 +56,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Config{
 		Endpoint:                "https://capstan.test:8443",
+		Endpoints:               []string{"https://capstan.test:8443"},
 		Cluster:                 "default",
 		DataDir:                 "/var/lib/capstan/agent",
 		AccessKeyID:             "AKIDAGENT",
@@ -97,6 +98,8 @@ func TestVariables(t *testing.T) {
 		want  any
 	}{
 		{"endpoint", map[string]string{"CAPSTAN_ENDPOINT": "http://10.0.0.1:8080"}, func(c Config) any { return c.Endpoint }, "http://10.0.0.1:8080"},
+		{"several endpoints", map[string]string{"CAPSTAN_ENDPOINT": "http://10.0.0.1:8080, https://b:8443,http://10.0.0.1:8080"},
+			func(c Config) any { return fmt.Sprint(c.Endpoint, " ", c.Endpoints) }, "http://10.0.0.1:8080 [http://10.0.0.1:8080 https://b:8443]"},
 		{"cluster name", map[string]string{"ECS_CLUSTER": "prod-1"}, func(c Config) any { return c.Cluster }, "prod-1"},
 		{"cluster arn", map[string]string{"ECS_CLUSTER": "arn:aws:ecs:us-east-1:000000000000:cluster/prod"}, func(c Config) any { return c.Cluster }, "arn:aws:ecs:us-east-1:000000000000:cluster/prod"},
 		{"data dir", map[string]string{"ECS_DATADIR": "/srv/agent"}, func(c Config) any { return c.DataDir }, "/srv/agent"},
@@ -173,6 +176,8 @@ func TestErrors(t *testing.T) {
 		{"endpoint missing", map[string]string{"CAPSTAN_ENDPOINT": ""}, []string{"CAPSTAN_ENDPOINT is required"}},
 		{"endpoint scheme", map[string]string{"CAPSTAN_ENDPOINT": "ftp://x"}, []string{`CAPSTAN_ENDPOINT="ftp://x": must be an http:// or https:// URL`}},
 		{"endpoint no host", map[string]string{"CAPSTAN_ENDPOINT": "https://"}, []string{"CAPSTAN_ENDPOINT"}},
+		{"endpoint list with a bad one", map[string]string{"CAPSTAN_ENDPOINT": "http://a:1,b:2"}, []string{`CAPSTAN_ENDPOINT="http://a:1,b:2": must be an http:// or https:// URL with a host (or several, comma-separated), got "b:2"`}},
+		{"endpoint list with an empty one", map[string]string{"CAPSTAN_ENDPOINT": "http://a:1,,http://b:2"}, []string{`CAPSTAN_ENDPOINT="http://a:1,,http://b:2": URL 2 of the list is empty`}},
 		{"cluster", map[string]string{"ECS_CLUSTER": "bad name"}, []string{`ECS_CLUSTER="bad name": must be a cluster name`}},
 		{"access key", map[string]string{"AWS_ACCESS_KEY_ID": ""}, []string{"AWS_ACCESS_KEY_ID is required"}},
 		{"secret key", map[string]string{"AWS_SECRET_ACCESS_KEY": ""}, []string{"AWS_SECRET_ACCESS_KEY is required"}},

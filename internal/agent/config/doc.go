@@ -15,7 +15,7 @@
 // Config.Ignored for the agent to warn about.
 //
 //	flag / variable                        default                     rule
-//	--endpoint, CAPSTAN_ENDPOINT           (required)                  http:// or https:// URL
+//	--endpoint, CAPSTAN_ENDPOINT           (required)                  http:// or https:// URL, or several comma-separated
 //	CAPSTAN_CA_BUNDLE, else AWS_CA_BUNDLE  the system's roots          PEM file the server's certificate must chain to
 //	--cluster, ECS_CLUSTER                 default                     cluster name or ARN
 //	--data-dir, ECS_DATADIR                /var/lib/capstan/agent      made absolute
