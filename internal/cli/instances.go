@@ -25,6 +25,7 @@ of its capacity provider (the ones it should run).`, bind: instanceList},
 			{name: "describe", args: "ID|ARN... [--cluster C]", summary: "Show instances in detail.", bind: instanceDescribe},
 			{name: "drain", args: "ID|ARN... [--cluster C]", summary: "Set instances DRAINING: their tasks move elsewhere, no new ones come.", bind: instanceState(types.ContainerInstanceStatusDraining)},
 			{name: "activate", args: "ID|ARN... [--cluster C]", summary: "Set DRAINING instances ACTIVE again.", bind: instanceState(types.ContainerInstanceStatusActive)},
+			{name: "join", args: "--cluster C --capacity-provider CP [--count N]", summary: "Print the line that makes a machine of yours join a capacity provider.", details: joinDetails, bind: instanceJoin},
 		},
 	}
 }
