@@ -303,13 +303,7 @@ func (h *Handler) fail(w http.ResponseWriter, e wireError) (int, wireError) {
 // toWire maps a classified error to its ECS name and status; this is the one
 // place where kinds become wire names.
 func toWire(err error, log *slog.Logger) wireError {
-	if errors.Is(err, store.ErrNoSpace) {
-		// The store's words name the cause and the remedy; what the
-		// layers above added names only the write.
-		msg := err.Error()
-		if i := strings.Index(msg, store.ErrNoSpace.Error()); i > 0 {
-			msg = msg[i:]
-		}
+	if msg, ok := store.NoSpaceMessage(err); ok {
 		return wireError{500, "ServerException", msg}
 	}
 	fe := fault.As(err)

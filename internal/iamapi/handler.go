@@ -26,6 +26,7 @@ import (
 	"github.com/capstanhq/capstan/internal/auth"
 	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/iam"
+	"github.com/capstanhq/capstan/internal/store"
 )
 
 // API versions, the Version parameter of every request.
@@ -248,6 +249,9 @@ func authError(ae *auth.Error) wireError {
 
 // toWire maps a classified error to IAM's code and status.
 func (h *Handler) toWire(err error) wireError {
+	if msg, ok := store.NoSpaceMessage(err); ok {
+		return wireError{500, "ServiceFailure", msg}
+	}
 	fe := fault.As(err)
 	if fe == nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

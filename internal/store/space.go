@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -282,3 +283,17 @@ func (s *Store) checkAlarm(ctx context.Context) {
 const defaultQuotaBytes = 2 << 30
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// NoSpaceMessage returns the store's own words when err is a want of space:
+// they name the cause and the remedy, while what the layers above added
+// names only the write.
+func NoSpaceMessage(err error) (string, bool) {
+	if !errors.Is(err, ErrNoSpace) {
+		return "", false
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, ErrNoSpace.Error()); i > 0 {
+		msg = msg[i:]
+	}
+	return msg, true
+}
