@@ -52,13 +52,16 @@ func runServer(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Region, "region", "us-east-1", "region in ARNs")
 	fs.StringVar(&cfg.AccountID, "account-id", server.DefaultAccountID, "12-digit account ID in ARNs")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&cfg.Provisioner, "provisioner", "local", "where managed instances come from: local (agent processes on this machine), sim (hollow agents in the server on simulated containers, for scale tests) or none")
+	fs.StringVar(&cfg.Provisioner, "provisioner", "local", "where managed instances come from: local (agent processes on this machine), sim (hollow agents in the server on simulated containers, for scale tests), ec2 (EC2 instances, docs/ec2.md) or none")
 	fs.StringVar(&cfg.AlarmSource, "alarm-source", "", "Prometheus or Alertmanager `URL` daemon deployments read their alarms from (prometheus+http:// or alertmanager+http:// to say which)")
 	fs.IntVar(&cfg.EventLimit, "event-limit", fleet.DefaultEventLimit, "keep at most this many events per cluster (the oldest go first; they also expire after an hour)")
 	fs.DurationVar(&cfg.StoppedRetention, "stopped-task-retention", fleet.DefaultStoppedRetention, "keep stopped tasks and deregistered (INACTIVE) container instances describable for this long, then delete them (at least 1m)")
 	fs.DurationVar(&cfg.AuditRetention, "audit-retention", audit.DefaultRetention, "keep audit records of API calls this long (at least 1m)")
 	fs.IntVar(&cfg.AuditLimit, "audit-limit", audit.DefaultLimit, "keep at most this many audit records (the oldest go first, counted in capstan_audit_records_trimmed_total)")
 	fs.DurationVar(&cfg.ProgressDeadline, "rollout-progress-deadline", server.DefaultProgressDeadline, "stop a daemon rollout that made no progress for this long (negative: never)")
+	fs.StringVar(&cfg.EC2.Endpoint, "ec2-endpoint", "", "`URL` of the EC2 API (with --provisioner ec2; default: the region's; credentials and region come from the standard AWS configuration, docs/ec2.md)")
+	fs.StringVar(&cfg.EC2.ImageID, "ec2-image-id", "", "AMI managed instances boot (with --provisioner ec2; systemd and Docker, docs/ec2.md)")
+	fs.StringVar(&cfg.EC2.AgentURL, "ec2-agent-url", "", "`URL` of the capstan-agent .deb an instance installs at boot when its image lacks the agent (with --provisioner ec2)")
 	fs.DurationVar(&cfg.SimProvisionDelay, "sim-provision-delay", 0, "how long a sim instance takes to boot (with --provisioner sim)")
 	fs.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL agents use to reach this server (default http:// or, with TLS, https:// and the listen address, loopback for 0.0.0.0)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM `file` of the API's certificate and its chain: serve HTTPS only (with --tls-key)")
@@ -74,8 +77,17 @@ func runServer(ctx context.Context, args []string) error {
 	})
 	fs.IntVar(&cfg.MaxConnections, "max-connections", server.DefaultMaxConnections, "most connections open at once on the API listener; more are closed as accepted (docs/security.md)")
 	fs.IntVar(&cfg.MaxUnauthenticated, "max-unauthenticated-requests", server.DefaultMaxUnauthenticated, "most requests in flight before their signature is verified; more get ThrottlingException (docs/security.md)")
+	fs.Func("agent-env", "`KEY=VALUE` ECS_* setting for every agent the server provisions (repeat; checked by the agent's parser; docs/agent.md)", func(v string) error {
+		if cfg.AgentEnv == nil {
+			cfg.AgentEnv = map[string]string{}
+		}
+		return addAgentEnv(cfg.AgentEnv, v)
+	})
 	fs.IntVar(&perCore, "procs-per-core", cpus.ProcsPerCore, "Go processors per core (1-8; GOMAXPROCS in the environment wins): more keep the API's latency low while the cores are saturated, at a cost in throughput (docs/api.md)")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := checkAgentEnv(cfg.AgentEnv); err != nil {
 		return err
 	}
 	if perCore < 1 || perCore > 8 {

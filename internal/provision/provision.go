@@ -24,6 +24,11 @@ type Request struct {
 	// Env is the agent's environment: endpoint, cluster, credential and
 	// instance-specific settings (daemon address, ports, data dir).
 	Env map[string]string
+	// Settings are the operator's ECS_* agent settings (capstan server
+	// --agent-env), already checked by the agent's parser and also in Env.
+	// A provisioner that boots a machine writes them where its agent reads
+	// its configuration (the env file), as ECS takes them from user data.
+	Settings map[string]string
 }
 
 // Provisioner launches and terminates instances. Launch returns once the

@@ -324,10 +324,11 @@ func (r *Reconciler) request(ctx context.Context, m fleet.ManagedInstance) (prov
 		// still be privileged.
 		"ECS_DISABLE_PRIVILEGED": "true",
 	}
+	settings := make(map[string]string, len(r.AgentEnv))
 	for k, v := range r.AgentEnv {
-		env[k] = v
+		env[k], settings[k] = v, v
 	}
-	return provision.Request{ID: m.ID, Cluster: m.Cluster, CapacityProvider: m.CapacityProvider, CPU: m.CPU, MemoryMiB: m.MemoryMiB, Env: env}, nil
+	return provision.Request{ID: m.ID, Cluster: m.Cluster, CapacityProvider: m.CapacityProvider, CPU: m.CPU, MemoryMiB: m.MemoryMiB, Env: env, Settings: settings}, nil
 }
 
 // noteHandles records the launched instances' handles, in one transaction
