@@ -3,6 +3,7 @@
 // keeps less memory resident on every instance.
 //
 //	go run ./cmd/capstan-agent [--endpoint URL] [--cluster NAME] [--data-dir DIR] [--config FILE]
+//	capstan-agent version
 //
 // Settings come from the flags, then the environment (CAPSTAN_ENDPOINT,
 // ECS_CLUSTER, ECS_DATADIR, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...),
@@ -27,6 +28,11 @@ func main() {
 	if len(args) > 0 && args[0] == "pause" {
 		// The daemon namespace holder's process: wait for the stop signal.
 		<-ctx.Done()
+		return
+	}
+	if len(args) > 0 && args[0] == "version" {
+		// The version it registers with; packages stamp it with -ldflags -X.
+		fmt.Println(agent.Version)
 		return
 	}
 	if len(args) > 0 && args[0] == "agent" {
