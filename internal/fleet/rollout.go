@@ -156,6 +156,15 @@ func (f rolloutFleet) Replace(ctx context.Context, tx *store.Txn, dep store.Daem
 			v := p.Value
 			v.RevisionArn, v.Attempts, v.Failure = st.Target, 0, ""
 			tx.Update(p.Key, p.Rev, v)
+			if st.Drain && ci.Status == "ACTIVE" {
+				// App tasks leave first: the daemons controller stops the
+				// old task once they did, then activates the instance.
+				ci.Status, ci.StatusReason = "DRAINING", rollout.InPlaceReason+" (daemon deployment "+LastPart(dep.DaemonDeploymentArn)+")"
+				*ci.Version++
+				tx.Update(it.Key, it.Rev, ci)
+				tx.OnCommit(func() { s.InstanceChanged(context.WithoutCancel(ctx), ci) })
+				return store.Replacement{Instance: ci.ID, InPlace: true}, nil
+			}
 			// The old task stops in the same write, so the whole batch's
 			// agents hear of it at once; the daemons controller only starts
 			// the new one once it has stopped (it would stop it otherwise,

@@ -36,6 +36,12 @@ type Instance struct {
 	Running bool
 }
 
+// InPlaceReason starts the status reason of an instance drained so that its
+// daemons change in place (one Capstan did not provision, so cannot
+// replace): its app tasks leave, its daemons change, and the daemons
+// controller activates it again.
+const InPlaceReason = "Daemons change in place"
+
 // Replacement states of a managed instance launched for a batch.
 const (
 	ReplacementGone        = ""        // terminated, or never recorded
@@ -81,6 +87,11 @@ type Decision struct {
 type Start struct {
 	Instance Instance
 	InPlace  bool
+	// Drain, for an in-place change of an ACTIVE instance: it is set
+	// DRAINING (InPlaceReason) and its daemons change only once its app
+	// tasks left, so none runs beside no critical daemon. A REGISTERING
+	// instance holds no app task and is changed at once.
+	Drain bool
 	// Retire drains a managed instance that never served (REGISTERING)
 	// without a replacement: it holds no application task, and tasks that
 	// wait for room get a new instance from the instances controller.
@@ -245,7 +256,8 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 	ro.Replacing = slices.DeleteFunc(ro.Replacing, func(e store.Replacement) bool {
 		in, present := byID[e.Instance]
 		if e.InPlace {
-			return !present || ready(in)
+			// Done once activated again after an in-place drain.
+			return !present || (ready(in) && !leaving(in.Status))
 		}
 		if present {
 			return false // the old instance is still there
@@ -412,7 +424,7 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 			if len(d.Start) == budget || (!retire && room <= 0) {
 				continue
 			}
-			st := Start{Instance: *in, InPlace: !in.Managed, Retire: retire, Target: target}
+			st := Start{Instance: *in, InPlace: !in.Managed, Drain: !in.Managed && in.Status == "ACTIVE", Retire: retire, Target: target}
 			if ops+startOps(st) > maxOps {
 				break // the rest go in the next write
 			}

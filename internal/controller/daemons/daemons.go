@@ -11,6 +11,7 @@ import (
 	"github.com/capstanhq/capstan/internal/codec"
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/fleet"
+	"github.com/capstanhq/capstan/internal/rollout"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -156,6 +157,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		return 0, err
 	}
 	in := Input{Status: ci.Status, AutoRepair: true, Now: r.Now(), Managed: ci.Managed}
+	if ci.Status == "DRAINING" && !ci.Managed {
+		// Why it drains decides what happens (the summary has no reason).
+		rec, err := store.Get[store.ContainerInstance](ctx, r.Store, key)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return 0, err
+		}
+		in.InPlace = strings.HasPrefix(rec.Value.StatusReason, rollout.InPlaceReason)
+		in.Held = strings.HasPrefix(rec.Value.StatusReason, RepairFailed)
+	}
 	for _, t := range tasks {
 		if t.LastStatus == "STOPPED" {
 			continue
@@ -324,9 +334,37 @@ func (r *Reconciler) act(ctx context.Context, ci store.ContainerInstance, daemon
 	case Drain:
 		r.Log.Warn("draining instance", "instance", ci.ContainerInstanceArn, "reason", a.Reason)
 		return r.Svc.SetInstanceStatus(ctx, ci.Cluster, ci.ID, "DRAINING", a.Reason)
+	case Hold:
+		r.Log.Warn("auto-repair gave up on instance", "instance", ci.ContainerInstanceArn, "reason", a.Reason)
+		return r.hold(ctx, ci, a.Reason)
 	case Deregister:
 		r.Log.Info("deregistering drained instance", "instance", ci.ContainerInstanceArn)
 		return r.Svc.DeregisterDrained(ctx, ci.Cluster, ci.ID)
 	}
 	return nil
+}
+
+// hold keeps a DRAINING instance drained with reason: the change is an
+// instance state change event, what an operator is told.
+func (r *Reconciler) hold(ctx context.Context, ci store.ContainerInstance, reason string) error {
+	return fleet.Retry(ctx, func() error {
+		it, err := store.Get[store.ContainerInstance](ctx, r.Store, store.ContainerInstanceKey(ci.Cluster, ci.ID))
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		v := it.Value
+		if v.Status != "DRAINING" || strings.HasPrefix(v.StatusReason, RepairFailed) {
+			return nil
+		}
+		v.StatusReason = reason
+		*v.Version++
+		if _, err := r.Store.Txn().Update(it.Key, it.Rev, v).Commit(ctx); err != nil {
+			return err
+		}
+		r.Svc.InstanceChanged(ctx, v)
+		return nil
+	})
 }

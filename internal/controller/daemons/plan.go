@@ -6,8 +6,16 @@
 package daemons
 
 import (
+	"fmt"
 	"time"
+
+	"github.com/capstanhq/capstan/internal/rollout"
 )
+
+// RepairFailed starts the status reason of an instance auto-repair gave
+// up on; a drain whose reason starts with rollout.InPlaceReason changes
+// the instance's daemons in place.
+const RepairFailed = "Auto-repair failed"
 
 // Daemon is one daemon as the planner sees it on one instance.
 type Daemon struct {
@@ -39,7 +47,15 @@ type Input struct {
 	AutoRepair bool
 	// Managed instances change daemons only by replacement: once ACTIVE
 	// they neither gain nor lose a daemon, a rollout replaces them.
-	Managed        bool
+	Managed bool
+	// InPlace: the instance is DRAINING so that its daemons change in
+	// place (a rollout, or auto-repair of an instance Capstan cannot
+	// replace): its app tasks leave first, then its daemons are replaced
+	// or restarted, then it is ACTIVE again. It is never deregistered.
+	InPlace bool
+	// Held: auto-repair gave up on the instance; it stays DRAINING, with
+	// nothing restarted, until an operator activates it.
+	Held           bool
 	OtherLiveTasks int // non-daemon tasks not STOPPED
 	// Standalone lists the live standalone tasks (not of a service or a
 	// daemon) that are not being stopped yet.
@@ -58,6 +74,7 @@ const (
 	Healthy    = "healthy"    // reset Daemon's failure count
 	Activate   = "activate"   // instance REGISTERING → ACTIVE
 	Drain      = "drain"      // instance → DRAINING (auto-repair)
+	Hold       = "hold"       // auto-repair gave up: the instance stays DRAINING
 	Deregister = "deregister" // drained instance → INACTIVE
 	Wait       = "wait"       // nothing now; look again after After
 )
@@ -86,15 +103,30 @@ func Backoff(n int) time.Duration {
 	return min(5*time.Second<<min(n-1, 10), 5*time.Minute)
 }
 
+// MaxRepairs is how many failed starts of a critical daemon an in-place
+// repair tries before it leaves the instance drained.
+const MaxRepairs = 3
+
 // Plan decides what to do on one instance.
 func Plan(in Input) []Action {
 	var acts []Action
-	draining := in.Status == "DRAINING"
+	inPlace := in.Status == "DRAINING" && in.InPlace && !in.Held
+	// An in-place change drains app tasks but keeps (and changes) daemons.
+	draining := in.Status == "DRAINING" && !inPlace
 	criticalReady := true
 	for _, d := range in.Daemons {
 		live := d.TaskID != "" && d.TaskLast != "STOPPED"
 		moved := d.Placed && d.TaskRev != "" && d.TaskRev != d.PlacedRev
 		switch {
+		case in.Held && in.Status == "DRAINING":
+			continue // nothing restarts until an operator activates it
+		case inPlace && d.Wanted && live && moved:
+			// App tasks leave before the daemon they rely on.
+			if d.TaskDesired != "STOPPED" && in.OtherLiveTasks == 0 {
+				acts = append(acts, Action{Kind: Stop, Daemon: d.Name, TaskID: d.TaskID, Reason: "Daemon deployment: replaced in place by revision " + d.PlacedRev})
+			}
+			criticalReady = false
+			continue
 		case !d.Wanted && !draining && in.Managed && in.Status != "REGISTERING" && d.Placed:
 			// Kept until a rollout replaces the instance.
 			if d.Critical && live && d.TaskLast != "RUNNING" {
@@ -128,7 +160,7 @@ func Plan(in Input) []Action {
 			continue
 		case live:
 			ready := d.TaskLast == "RUNNING" && (!d.HealthCheck || d.TaskHealth == "HEALTHY")
-			if ready && !d.HealthCheck && in.Status == "REGISTERING" {
+			if ready && !d.HealthCheck && (in.Status == "REGISTERING" || inPlace) {
 				if wait := SteadyFor - in.Now.Sub(d.TaskStartedAt); wait > 0 {
 					ready = false
 					acts = append(acts, Action{Kind: Wait, Daemon: d.Name, After: wait})
@@ -138,7 +170,7 @@ func Plan(in Input) []Action {
 				criticalReady = false
 			}
 			if d.Critical && d.HealthCheck && d.TaskHealth == "UNHEALTHY" && in.Status == "ACTIVE" && in.AutoRepair {
-				acts = append(acts, Action{Kind: Drain, Daemon: d.Name, Reason: "auto-repair: critical daemon " + d.Name + " is UNHEALTHY"})
+				acts = append(acts, Action{Kind: Drain, Daemon: d.Name, Reason: repair(in, "critical daemon "+d.Name+" is UNHEALTHY")})
 			}
 			if ready && d.Attempts > 0 {
 				acts = append(acts, Action{Kind: Healthy, Daemon: d.Name})
@@ -150,8 +182,13 @@ func Plan(in Input) []Action {
 			if d.TaskID != "" && d.TaskLast == "STOPPED" && !moved {
 				// The daemon's task stopped on its own: a failure.
 				acts = append(acts, Action{Kind: Failed, Daemon: d.Name, Reason: d.TaskReason})
+				if d.Critical && inPlace && d.Attempts+1 >= MaxRepairs {
+					acts = append(acts, Action{Kind: Hold, Daemon: d.Name, Reason: fmt.Sprintf("%s: critical daemon %s failed %d times in a row (%s); the instance stays DRAINING until an operator activates it",
+						RepairFailed, d.Name, d.Attempts+1, d.TaskReason)})
+					continue
+				}
 				if d.Critical && in.Status == "ACTIVE" && in.AutoRepair {
-					acts = append(acts, Action{Kind: Drain, Daemon: d.Name, Reason: "auto-repair: critical daemon " + d.Name + " stopped: " + d.TaskReason})
+					acts = append(acts, Action{Kind: Drain, Daemon: d.Name, Reason: repair(in, "critical daemon "+d.Name+" stopped: "+d.TaskReason)})
 					continue
 				}
 				d.Attempts++
@@ -168,7 +205,7 @@ func Plan(in Input) []Action {
 			acts = append(acts, Action{Kind: Start, Daemon: d.Name, Revision: rev})
 		}
 	}
-	if draining {
+	if draining || (in.Status == "DRAINING" && in.InPlace) {
 		// They cannot move: a draining instance stops them, before its daemons.
 		for _, id := range in.Standalone {
 			acts = append(acts, Action{Kind: Stop, TaskID: id, Reason: "Instance is draining: standalone tasks stop, daemons stop last"})
@@ -177,8 +214,20 @@ func Plan(in Input) []Action {
 	switch {
 	case in.Status == "REGISTERING" && criticalReady:
 		acts = append(acts, Action{Kind: Activate, Reason: "every critical daemon is running"})
-	case draining && in.OtherLiveTasks == 0 && in.LiveDaemonTasks == 0:
+	case inPlace && criticalReady && in.OtherLiveTasks == 0:
+		acts = append(acts, Action{Kind: Activate, Reason: "daemons changed in place and running"})
+	case draining && !in.Held && in.OtherLiveTasks == 0 && in.LiveDaemonTasks == 0:
 		acts = append(acts, Action{Kind: Deregister, Reason: "instance drained"})
 	}
 	return acts
+}
+
+// repair is the reason of an auto-repair drain: an instance Capstan
+// provisioned is drained and replaced; one that joined (it cannot be
+// replaced) is drained, its daemon restarted, and activated again.
+func repair(in Input, why string) string {
+	if in.Managed {
+		return "auto-repair: " + why
+	}
+	return rollout.InPlaceReason + " (auto-repair: " + why + ")"
 }
