@@ -34,7 +34,7 @@ func TestPlanInPlace(t *testing.T) {
 		{"repair: a failed critical daemon restarts after back-off", Input{Status: "DRAINING", InPlace: true, Now: now,
 			Daemons: []Daemon{with(func(d *Daemon) { d.TaskRev, d.TaskLast = "r2", "STOPPED" })}}, []string{"failed:m", "wait:m"}},
 		{"repair gives up after repeated failures", Input{Status: "DRAINING", InPlace: true, Now: now,
-			Daemons: []Daemon{with(func(d *Daemon) { d.TaskRev, d.TaskLast, d.Attempts = "r2", "STOPPED", MaxRepairs - 1 })}}, []string{"failed:m", "hold:m"}},
+			Daemons: []Daemon{with(func(d *Daemon) { d.TaskRev, d.TaskLast, d.Attempts = "r2", "STOPPED", MaxRepairs-1 })}}, []string{"failed:m", "hold:m"}},
 		{"held: nothing restarts, nothing deregisters", Input{Status: "DRAINING", InPlace: true, Held: true, Now: now,
 			Daemons: []Daemon{with(func(d *Daemon) { d.TaskRev, d.TaskLast, d.Attempts = "r2", "STOPPED", MaxRepairs })}}, nil},
 	}
@@ -57,7 +57,7 @@ func TestPlanInPlace(t *testing.T) {
 			t.Errorf("managed=%v: drain reason %q", managed, acts[1].Reason)
 		}
 	}
-	acts := Plan(Input{Status: "DRAINING", InPlace: true, Now: now, Daemons: []Daemon{with(func(d *Daemon) { d.TaskRev, d.TaskLast, d.Attempts = "r2", "STOPPED", MaxRepairs - 1 })}})
+	acts := Plan(Input{Status: "DRAINING", InPlace: true, Now: now, Daemons: []Daemon{with(func(d *Daemon) { d.TaskRev, d.TaskLast, d.Attempts = "r2", "STOPPED", MaxRepairs-1 })}})
 	if !strings.HasPrefix(acts[1].Reason, RepairFailed) || !strings.Contains(acts[1].Reason, "until an operator activates it") {
 		t.Errorf("hold reason %q", acts[1].Reason)
 	}
