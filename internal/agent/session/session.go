@@ -59,6 +59,9 @@ type Engine interface {
 // Config wires a Client.
 type Config struct {
 	Endpoint string // http(s)://host:port of the server
+	// Endpoints, when set, are several servers to fail over between, in
+	// order; Endpoint is then ignored.
+	Endpoints []string
 	// CABundle names the file HTTPClient trusts, for error messages.
 	CABundle     string
 	AccessKeyID  string
@@ -84,6 +87,7 @@ type Config struct {
 // Client maintains the session.
 type Client struct {
 	cfg     Config
+	eps     *endpoints
 	batches chan struct{} // a new batch was persisted
 	mu      sync.Mutex
 	firstAt map[uint64]time.Time // batch id → when its oldest change happened
@@ -107,7 +111,7 @@ func New(cfg Config) *Client {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{cfg: cfg, batches: make(chan struct{}, 1), firstAt: map[uint64]time.Time{},
+	return &Client{cfg: cfg, eps: newEndpoints(cfg.Endpoint, cfg.Endpoints), batches: make(chan struct{}, 1), firstAt: map[uint64]time.Time{},
 		Reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "capstan_agent_session_reconnects_total", Help: "Sessions opened after the first."}),
 		AckLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "capstan_agent_state_change_seconds",
 			Help: "Time from a task state change to the server's acknowledgement.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
@@ -157,15 +161,24 @@ func (c *Client) Run(ctx context.Context) error {
 		if time.Since(started) > 2*c.cfg.MaxBackoff {
 			backoff = c.cfg.MinBackoff // a long healthy session resets the back-off
 		}
+		// Another server not yet tried is tried soon; only a whole round
+		// of failures waits the back-off.
+		ended := c.eps.current()
+		bound := backoff
+		if c.eps.next() {
+			bound = c.cfg.MinBackoff
+		}
 		// Full jitter: agents that lost the same server do not return in lockstep.
-		wait := time.Duration(rand.Int64N(int64(backoff))) + c.cfg.MinBackoff/2
-		c.cfg.Log.Warn("session ended; reconnecting", "err", err, "in", wait.Round(time.Millisecond))
+		wait := time.Duration(rand.Int64N(int64(bound))) + c.cfg.MinBackoff/2
+		c.cfg.Log.Warn("session ended; reconnecting", "endpoint", ended, "err", err, "next", c.eps.current(), "in", wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, c.cfg.MaxBackoff)
+		if bound == backoff {
+			backoff = min(backoff*2, c.cfg.MaxBackoff)
+		}
 	}
 }
 
@@ -268,7 +281,8 @@ func (c *Client) persist(states []protocol.TaskState, oldest time.Time) error {
 
 // dial opens the websocket with a SigV4-signed upgrade request.
 func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
-	u := strings.TrimRight(c.cfg.Endpoint, "/") + protocol.Path
+	endpoint := c.eps.current()
+	u := strings.TrimRight(endpoint, "/") + protocol.Path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
@@ -289,7 +303,7 @@ func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
 		if resp != nil {
 			return nil, fmt.Errorf("open session: %s: %w", resp.Status, err)
 		}
-		return nil, fmt.Errorf("open session: %w", ExplainTLS(err, c.cfg.Endpoint, c.cfg.CABundle))
+		return nil, fmt.Errorf("open session with %s: %w", endpoint, ExplainTLS(err, endpoint, c.cfg.CABundle))
 	}
 	conn.SetReadLimit(64 << 20)
 	return conn, nil
@@ -322,7 +336,8 @@ func (c *Client) session(ctx context.Context) error {
 	// Connected goes to 1 with the first manifest: the server has accepted
 	// the session by then.
 	defer c.Connected.Set(0)
-	c.cfg.Log.Info("session open", "endpoint", c.cfg.Endpoint, "manifest_seq", seq)
+	c.eps.opened()
+	c.cfg.Log.Info("session open", "endpoint", c.eps.current(), "manifest_seq", seq)
 
 	out := make(chan protocol.Message, 16)
 	errs := make(chan error, 3)
