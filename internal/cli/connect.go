@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,8 +51,9 @@ func (g *globals) register(fs *flag.FlagSet) {
 }
 
 const globalHelp = `Global flags (before or after the noun):
-  --endpoint URL            Capstan API; else $CAPSTAN_ENDPOINT, the config file,
-                            then ` + defaultEndpoint + `
+  --endpoint URL[,URL...]   Capstan API (several servers: reads fail over on
+                            any connection error, writes only when refused);
+                            else $CAPSTAN_ENDPOINT, the config file, then ` + defaultEndpoint + `
   --config FILE             else $CAPSTAN_CONFIG, then ~/.capstan/config.json:
                             {"endpoint": "...", "region": "...",
                              "accessKeyId": "...", "secretAccessKey": "..."}
@@ -115,8 +115,9 @@ func loadFileConfig(g *globals, getenv func(string) string) (fileConfig, string,
 
 // connection is the resolved endpoint and SDK configuration.
 type connection struct {
-	endpoint string
-	caBundle string // absolute; "" for the system's roots
+	endpoint string    // the first of several
+	failover *failover // nil for one endpoint
+	caBundle string    // absolute; "" for the system's roots
 	aws      aws.Config
 }
 
@@ -134,11 +135,12 @@ func connect(ctx context.Context, g *globals, getenv func(string) string) (*conn
 	if err != nil {
 		return nil, err
 	}
-	endpoint := firstOf(g.endpoint, getenv("CAPSTAN_ENDPOINT"), fc.Endpoint, defaultEndpoint)
-	u, err := url.Parse(endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usageErrorf("endpoint %q: want an http:// or https:// URL", endpoint)
+	// Several comma-separated URLs are servers sharing one etcd.
+	endpoints, err := parseEndpoints(firstOf(g.endpoint, getenv("CAPSTAN_ENDPOINT"), fc.Endpoint, defaultEndpoint))
+	if err != nil {
+		return nil, err
 	}
+	endpoint := endpoints[0].String()
 	if (g.accessKeyID == "") != (g.secretAccessKey == "") {
 		return nil, usageErrorf("--access-key-id and --secret-access-key go together")
 	}
@@ -194,7 +196,11 @@ func connect(ctx context.Context, g *globals, getenv func(string) string) (*conn
 	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
 		return nil, noCredentials(cfgPath, err)
 	}
-	return &connection{endpoint: endpoint, caBundle: caBundle, aws: cfg}, nil
+	conn := &connection{endpoint: endpoint, caBundle: caBundle, aws: cfg}
+	if len(endpoints) > 1 {
+		conn.failover = &failover{eps: endpoints}
+	}
+	return conn, nil
 }
 
 // readCABundle reads a CA bundle, refusing one without a certificate: the
@@ -251,6 +257,9 @@ func noCredentials(cfgPath string, err error) error {
 func (c *connection) client() *ecs.Client {
 	return ecs.NewFromConfig(c.aws, func(o *ecs.Options) {
 		o.BaseEndpoint = aws.String(c.endpoint)
+		if c.failover != nil {
+			o.APIOptions = append(o.APIOptions, c.failover.add)
+		}
 	})
 }
 
