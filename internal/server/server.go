@@ -26,6 +26,7 @@ import (
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/audit"
 	"github.com/capstanhq/capstan/internal/auth"
+	"github.com/capstanhq/capstan/internal/console"
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/controller/daemons"
 	"github.com/capstanhq/capstan/internal/controller/deployments"
@@ -76,6 +77,8 @@ type Config struct {
 	// this machine, the default), "sim" (hollow agents in this process on
 	// simulated containers, for scale tests) or "none".
 	Provisioner string
+	// EC2 configures the ec2 provisioner (ec2.go).
+	EC2 EC2Config
 	// SimProvisionDelay is how long a sim instance takes to boot.
 	SimProvisionDelay time.Duration
 	// NewSimProvisioner builds the sim provisioner. It is given by the
@@ -191,9 +194,12 @@ func (c *Config) Validate() error {
 	switch c.Provisioner {
 	case "":
 		c.Provisioner = "local"
-	case "local", "sim", "none":
+	case "local", "sim", "ec2", "none":
 	default:
-		return fmt.Errorf("--provisioner must be local, sim or none, got %q", c.Provisioner)
+		return fmt.Errorf("--provisioner must be local, sim, ec2 or none, got %q", c.Provisioner)
+	}
+	if c.Provisioner == "ec2" && c.EC2.ImageID == "" {
+		return errors.New("--provisioner ec2 needs --ec2-image-id: the AMI its instances boot")
 	}
 	if c.SimProvisionDelay < 0 {
 		return fmt.Errorf("--sim-provision-delay must not be negative, got %s", c.SimProvisionDelay)
@@ -336,12 +342,22 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		prov = sp
 	}
+	if cfg.Provisioner == "ec2" {
+		ep, err := newEC2Provisioner(ctx, cfg, svc)
+		if err != nil {
+			st.Close()
+			ln.Close()
+			return nil, err
+		}
+		prov = ep
+	}
 	gw := gateway.New(svc, st, api.Marking(verifier), serverID, cfg.Log)
 	ops.RegisterTaskLogs(h, gw)
 	trail := audit.New(audit.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Retention: cfg.AuditRetention,
 		Limit: cfg.AuditLimit, Log: cfg.Log})
 	h.Audit = trail.Record
 	ops.RegisterAudit(h, trail)
+	execH := ops.RegisterExec(h, opsExecConfig(gw, trail, localURL(cfg.tlsEnabled(), addr)))
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -370,6 +386,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		h.ServeHTTP(w, r)
 	}))
 	mux.Handle("GET "+protocol.Path, gw)
+	mux.Handle("GET "+protocol.ExecPath+"{id}", execH)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !st.Ready() {
 			http.Error(w, "store not ready", http.StatusServiceUnavailable)
@@ -383,6 +400,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// The web console calls h as its signed-in users (internal/console).
+	consoleCtx, stopConsole := context.WithCancel(context.Background())
+	mux.Handle(console.Prefix, console.New(consoleCtx, console.Config{API: h, Lookup: lookup, Authorize: ops.Authorizer(authorizer),
+		Store: st, Region: cfg.Region, Secure: cfg.tlsEnabled(), Log: cfg.Log}))
 
 	s := &Server{
 		reconciles:     counts,
@@ -413,6 +434,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.http.RegisterOnShutdown(svc.Events().EndWaits) // long polls must not hold up a shutdown
 	s.http.RegisterOnShutdown(trail.EndWaits)
+	s.http.RegisterOnShutdown(stopConsole)
 	go func() { s.served <- s.http.Serve(ln) }()
 
 	// Controllers run on the elected leader only; every server serves the API.
