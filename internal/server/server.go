@@ -26,7 +26,6 @@ import (
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/audit"
 	"github.com/capstanhq/capstan/internal/auth"
-	"github.com/capstanhq/capstan/internal/console"
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/controller/daemons"
 	"github.com/capstanhq/capstan/internal/controller/deployments"
@@ -357,7 +356,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		Limit: cfg.AuditLimit, Log: cfg.Log})
 	h.Audit = trail.Record
 	ops.RegisterAudit(h, trail)
-	execH := ops.RegisterExec(h, opsExecConfig(gw, trail, localURL(cfg.tlsEnabled(), addr)))
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -386,7 +384,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		h.ServeHTTP(w, r)
 	}))
 	mux.Handle("GET "+protocol.Path, gw)
-	mux.Handle("GET "+protocol.ExecPath+"{id}", execH)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !st.Ready() {
 			http.Error(w, "store not ready", http.StatusServiceUnavailable)
@@ -400,10 +397,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	// The web console calls h as its signed-in users (internal/console).
-	consoleCtx, stopConsole := context.WithCancel(context.Background())
-	mux.Handle(console.Prefix, console.New(consoleCtx, console.Config{API: h, Lookup: lookup, Authorize: ops.Authorizer(authorizer),
-		Store: st, Region: cfg.Region, Secure: cfg.tlsEnabled(), Log: cfg.Log}))
 
 	s := &Server{
 		reconciles:     counts,
@@ -434,7 +427,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.http.RegisterOnShutdown(svc.Events().EndWaits) // long polls must not hold up a shutdown
 	s.http.RegisterOnShutdown(trail.EndWaits)
-	s.http.RegisterOnShutdown(stopConsole)
 	go func() { s.served <- s.http.Serve(ln) }()
 
 	// Controllers run on the elected leader only; every server serves the API.
