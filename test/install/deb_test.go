@@ -18,7 +18,7 @@ func TestDebInstall(t *testing.T) {
 	needDockerCLI(t)
 	testenv.RequireDocker(t)
 	root := repoRoot(t)
-	bin := agentBinary(t)
+	bin := agentBinary(t, testVersion)
 	debs := t.TempDir()
 	mkdeb := filepath.Join(t.TempDir(), "mkdeb")
 	if _, err := run(t, root, nil, "go", "build", "-o", mkdeb, "./tools/mkdeb"); err != nil {

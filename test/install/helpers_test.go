@@ -13,8 +13,12 @@ import (
 )
 
 // testVersion is stamped into the agent the tests build, so they can see it
-// reported by the binary and by the server.
-const testVersion = "0.9.1-installtest"
+// reported by the binary and by the server; upgradeVersion is the agent
+// TestAgentImage upgrades to.
+const (
+	testVersion    = "0.9.1-installtest"
+	upgradeVersion = "0.9.2-installtest"
+)
 
 // repoRoot is the module root, two levels above this package.
 func repoRoot(t *testing.T) string {
@@ -27,29 +31,30 @@ func repoRoot(t *testing.T) string {
 }
 
 var (
-	agentOnce sync.Once
-	agentPath string
-	agentErr  error
+	agentMu   sync.Mutex
+	agentBins = map[string]string{}
 )
 
-// agentBinary builds cmd/capstan-agent once per test process, statically and
-// with testVersion stamped in, as the packaging docs say to.
-func agentBinary(t *testing.T) string {
+// agentBinary builds cmd/capstan-agent once per version and test process,
+// statically and with the version stamped in, as the packaging docs say to.
+func agentBinary(t *testing.T, version string) string {
 	t.Helper()
-	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "capstan-install-test")
-		if err != nil {
-			agentErr = err
-			return
-		}
-		agentPath = filepath.Join(dir, "capstan-agent")
-		_, agentErr = run(t, repoRoot(t), []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath",
-			"-ldflags", "-X github.com/capstanhq/capstan/internal/agent.Version="+testVersion, "-o", agentPath, "./cmd/capstan-agent")
-	})
-	if agentErr != nil {
-		t.Fatal(agentErr)
+	agentMu.Lock()
+	defer agentMu.Unlock()
+	if p, ok := agentBins[version]; ok {
+		return p
 	}
-	return agentPath
+	dir, err := os.MkdirTemp("", "capstan-install-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "capstan-agent")
+	if _, err := run(t, repoRoot(t), []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath",
+		"-ldflags", "-X github.com/capstanhq/capstan/internal/agent.Version="+version, "-o", p, "./cmd/capstan-agent"); err != nil {
+		t.Fatal(err)
+	}
+	agentBins[version] = p
+	return p
 }
 
 // run runs a command in dir and returns its stdout; the error carries stderr.

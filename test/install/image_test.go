@@ -1,12 +1,15 @@
 package install
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -17,15 +20,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
 	"github.com/capstanhq/capstan/internal/agent/daemonnet"
+	"github.com/capstanhq/capstan/internal/cli"
 	"github.com/capstanhq/capstan/internal/testenv"
 	"github.com/capstanhq/capstan/internal/testenv/agents"
 )
 
 // agentImage builds packaging/Dockerfile with `docker build` from a context
 // holding the static agent and the host's CA roots, as docs/install.md says.
-func agentImage(t *testing.T) string {
+func agentImage(t *testing.T, version string) string {
 	t.Helper()
-	bin := agentBinary(t)
+	bin := agentBinary(t, version)
 	ctxDir := t.TempDir()
 	b, err := os.ReadFile(bin)
 	if err != nil {
@@ -44,17 +48,21 @@ func agentImage(t *testing.T) string {
 	sum := sha256.Sum256(b)
 	ref := "capstan-test/agent:" + hex.EncodeToString(sum[:8])
 	docker(t, "build", "-q", "-f", filepath.Join(repoRoot(t), "packaging/Dockerfile"), "-t", ref, ctxDir)
+	t.Cleanup(func() { run(t, "", nil, "docker", "rmi", ref) }) // after the containers: cleanups run last-in first-out
 	return ref
 }
 
 // TestAgentImage runs the agent image against this machine's Docker the way
 // the docs say (host network, the Docker socket, the state dir and the env
-// file mounted), runs a task through it with the AWS SDK, and restarts the
-// agent container: the task's container keeps running and the agent adopts it.
+// file mounted), runs a task through it with the AWS SDK, then upgrades the
+// agent as docs/install.md says (the container replaced by one of a newer
+// image): the task's container keeps running, the new agent adopts it, and
+// `capstan instance list` shows the new version.
 func TestAgentImage(t *testing.T) {
 	needDockerCLI(t)
 	rt := testenv.RequireDocker(t)
-	image := agentImage(t)
+	image := agentImage(t, testVersion)
+	newImage := agentImage(t, upgradeVersion)
 	busybox := testenv.BusyboxImage(t)
 	srv := testenv.StartServer(t, "")
 	c := srv.ECS()
@@ -76,9 +84,12 @@ func TestAgentImage(t *testing.T) {
 	if err := os.WriteFile(envFile, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	id := docker(t, "run", "-d", "--label", testenv.TestLabel+"="+t.Name(), "--net", "host",
-		"-v", "/var/run/docker.sock:/var/run/docker.sock",
-		"-v", dataDir+":"+dataDir, "-v", envFile+":/etc/capstan/agent.env:ro", image)
+	start := func(image string) string {
+		return docker(t, "run", "-d", "--label", testenv.TestLabel+"="+t.Name(), "--net", "host",
+			"-v", "/var/run/docker.sock:/var/run/docker.sock",
+			"-v", dataDir+":"+dataDir, "-v", envFile+":/etc/capstan/agent.env:ro", image)
+	}
+	id := start(image)
 	var instance string
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -155,24 +166,28 @@ func TestAgentImage(t *testing.T) {
 	before := taskContainer()
 	startedBefore := docker(t, "inspect", "-f", "{{.State.StartedAt}}", before)
 
-	// An upgrade is a restart of the agent on a new binary: tasks keep running.
-	agentStarted := docker(t, "inspect", "-f", "{{.State.StartedAt}}", id)
-	docker(t, "restart", "-t", "10", id)
-	if docker(t, "inspect", "-f", "{{.State.StartedAt}}", id) == agentStarted {
-		t.Fatal("the agent container did not restart")
-	}
-	waitFor(t, 60*time.Second, "the restarted agent to connect", func() bool { return describe().AgentConnected })
+	// The upgrade: the agent container replaced by one of the new image.
+	docker(t, "rm", "-f", id)
+	id = start(newImage)
+	waitFor(t, 60*time.Second, "the upgraded agent to report its version and connect", func() bool {
+		ci := describe()
+		return ci.AgentConnected && ci.VersionInfo != nil && aws.ToString(ci.VersionInfo.AgentVersion) == upgradeVersion
+	})
 	if after := taskContainer(); after != before {
-		t.Errorf("task container replaced across the agent restart: %s -> %s", before, after)
+		t.Errorf("task container replaced across the agent upgrade: %s -> %s", before, after)
 	}
 	if got := docker(t, "inspect", "-f", "{{.State.Running}} {{.State.StartedAt}}", before); got != "true "+startedBefore {
-		t.Errorf("task container after the agent restart: %q, want running since %s", got, startedBefore)
+		t.Errorf("task container after the agent upgrade: %q, want running since %s", got, startedBefore)
 	}
 	if s := status(); s != "RUNNING" {
-		t.Errorf("task %s after the agent restart, want RUNNING", s)
+		t.Errorf("task %s after the agent upgrade, want RUNNING", s)
+	}
+	list := instanceList(t, srv, cluster)
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(path.Base(instance)) + `\s.*\bconnected\b.*\s` + regexp.QuoteMeta(upgradeVersion) + `\s*$`).MatchString(list) {
+		t.Errorf("capstan instance list does not show the instance connected at %s:\n%s", upgradeVersion, list)
 	}
 
-	// The restarted agent still acts on the task.
+	// The upgraded agent still acts on the task.
 	if _, err := c.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String(cluster), Task: aws.String(task)}); err != nil {
 		t.Fatal(err)
 	}
@@ -188,4 +203,21 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// instanceList runs `capstan instance list` in-process as an administrator.
+func instanceList(t *testing.T, srv *testenv.Server, cluster string) string {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "config.json") // none of the user's settings
+	if err := os.WriteFile(conf, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CAPSTAN_CONFIG", conf)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.Config.AdminKeyID)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.Config.AdminSecret)
+	var out, errb bytes.Buffer
+	if code := cli.Main(context.Background(), []string{"--endpoint", srv.URL, "instance", "list", "--cluster", cluster}, &out, &errb); code != 0 {
+		t.Fatalf("capstan instance list: exit %d: %s", code, errb.String())
+	}
+	return out.String()
 }
