@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // SchemaVersion is the version of the stored data this build writes. A
@@ -27,7 +30,8 @@ type schemaRecord struct {
 }
 
 // migration takes the data from version to-1 to version to. Each must be
-// safe to run again: a server stopped halfway runs it anew.
+// safe to run again: a server stopped halfway runs it anew. Steps run
+// before the cache is loaded: they read and write through s.client.
 type migration struct {
 	to int
 	// minVersion is the oldest version that may still run once this step
@@ -49,16 +53,31 @@ var migrations = []migration{
 // cannot run against.
 var ErrSchema = errors.New("store: unsupported schema version")
 
-// Schema is the data's recorded schema version.
+// Schema is the data's recorded schema version, read from etcd.
 func (s *Store) Schema(ctx context.Context) (version, minVersion int, err error) {
-	it, err := Get[schemaRecord](ctx, s, schemaKey)
-	if errors.Is(err, ErrNotFound) {
-		return 0, 0, nil
+	rec, _, err := s.readSchema(ctx)
+	return rec.Version, rec.MinVersion, err
+}
+
+// readSchema reads the schema record and its revision (0: none).
+func (s *Store) readSchema(ctx context.Context) (rec schemaRecord, rev int64, err error) {
+	key := s.prefix + schemaKey
+	resp, err := s.client.Get(ctx, key)
+	if err != nil {
+		return rec, 0, fmt.Errorf("store: read the schema version: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return rec, 0, nil
+	}
+	kv := resp.Kvs[0]
+	b, err := decodeValue(kv.Value)
+	if err == nil {
+		err = json.Unmarshal(b, &rec)
 	}
 	if err != nil {
-		return 0, 0, err
+		return rec, 0, fmt.Errorf("store: the schema version at %s: %w", key, err)
 	}
-	return it.Value.Version, it.Value.MinVersion, nil
+	return rec, kv.ModRevision, nil
 }
 
 // checkSchema migrates data of an older version to SchemaVersion, step by
@@ -68,16 +87,11 @@ func (s *Store) checkSchema(ctx context.Context) error {
 }
 
 func (s *Store) migrateSchema(ctx context.Context, current int, steps []migration) error {
+	key := s.prefix + schemaKey
 	for {
-		it, err := Get[schemaRecord](ctx, s, schemaKey)
-		var rec schemaRecord
-		var rev int64
-		switch {
-		case errors.Is(err, ErrNotFound):
-		case err != nil:
+		rec, rev, err := s.readSchema(ctx)
+		if err != nil {
 			return err
-		default:
-			rec, rev = it.Value, it.Rev
 		}
 		if rec.Version > current {
 			if rec.MinVersion <= current {
@@ -105,19 +119,18 @@ func (s *Store) migrateSchema(ctx context.Context, current int, steps []migratio
 		if next.Version != current {
 			return fmt.Errorf("store: no migration from schema version %d to %d", next.Version, current)
 		}
-		txn := s.Txn()
-		if rev == 0 {
-			txn = txn.Create(schemaKey, next)
-		} else {
-			txn = txn.Update(schemaKey, rev, next)
-		}
-		_, err = txn.Commit(ctx)
-		if errors.Is(err, ErrConflict) {
-			// Another server recorded a version meanwhile: look again.
-			continue
-		}
+		b, err := json.Marshal(next)
 		if err != nil {
 			return err
+		}
+		// Written only if nobody recorded a version meanwhile.
+		tr, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, encodeValue(b))).Commit()
+		if err != nil {
+			return fmt.Errorf("store: record the schema version: %w", err)
+		}
+		if !tr.Succeeded {
+			continue
 		}
 		if rec.Version != current {
 			s.log.Info("stored data migrated", "from_schema", rec.Version, "to_schema", current)

@@ -126,12 +126,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	s.cache = newCache(s.client, s.prefix, s.log)
-	if err := s.cache.load(ctx); err != nil {
+	if err := s.checkSchema(ctx); err != nil {
 		s.closeClient()
 		return nil, err
 	}
-	if err := s.checkSchema(ctx); err != nil {
+	s.cache = newCache(s.client, s.prefix, s.log)
+	if err := s.cache.load(ctx); err != nil {
 		s.closeClient()
 		return nil, err
 	}
