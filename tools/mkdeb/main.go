@@ -3,7 +3,7 @@
 // with maintainer scripts that create the state directory and enable the
 // unit. Run it from the repository root:
 //
-//	go run ./tools/mkdeb [-version 0.1.0] [-arch amd64] [-o dist] [-binary FILE]
+//	go run ./tools/mkdeb [-version 0.1.0] [-arch amd64] [-o bin] [-binary FILE]
 //
 // Without -binary it builds ./cmd/capstan-agent with CGO_ENABLED=0 and the
 // version stamped in, so the agent reports the package's version.
@@ -34,8 +34,8 @@ var semver = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
 func main() {
 	version := flag.String("version", agent.Version, "package and agent version (MAJOR.MINOR.PATCH[-PRERELEASE])")
 	arch := flag.String("arch", goruntime.GOARCH, "target architecture: amd64 or arm64")
-	out := flag.String("o", "dist", "directory the .deb is written to")
-	binary := flag.String("binary", "", "a static capstan-agent to package instead of building one (its version must match -version)")
+	out := flag.String("o", "bin", "directory the .deb is written to")
+	binary := flag.String("binary", "", "a static capstan-agent to package instead of building one (build it with the same version stamped in)")
 	pkgDir := flag.String("packaging", "packaging", "directory holding capstan-agent.service, agent.env and deb/")
 	flag.Parse()
 	path, err := build(*version, *arch, *out, *binary, *pkgDir)
