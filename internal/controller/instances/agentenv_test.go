@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +20,7 @@ import (
 )
 
 // A setting the server is given for its agents (capstan server
-// --agent-env) reaches the agent a local instance runs: the agent logs its
-// configuration at start.
+// --agent-env) reaches the agent process a local instance runs.
 func TestAgentEnvReachesProvisionedAgent(t *testing.T) {
 	rt := testenv.RequireDocker(t)
 	bin := testenv.CapstanBinary(t)
@@ -64,17 +64,19 @@ func TestAgentEnvReachesProvisionedAgent(t *testing.T) {
 		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("mi")}}}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	// The agent process's environment, read from /proc while it runs.
+	deadline := time.Now().Add(90 * time.Second)
 	for {
-		logs, _ := filepath.Glob(filepath.Join(dir, "*", "agent.log"))
-		for _, l := range logs {
-			b, _ := os.ReadFile(l)
-			if strings.Contains(string(b), "imagePullBehavior=prefer-cached") {
+		pids, _ := filepath.Glob(filepath.Join(dir, "*", "pid"))
+		for _, p := range pids {
+			pid, _ := os.ReadFile(p)
+			env, _ := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(pid)), "environ"))
+			if slices.Contains(strings.Split(string(env), "\x00"), "ECS_IMAGE_PULL_BEHAVIOR=prefer-cached") {
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no provisioned agent logged imagePullBehavior=prefer-cached (logs: %v)", logs)
+			t.Fatalf("no provisioned agent runs with ECS_IMAGE_PULL_BEHAVIOR=prefer-cached (instances: %v)", pids)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
