@@ -1,10 +1,14 @@
 package store
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/server/v3/etcdserver"
 )
 
@@ -131,5 +135,49 @@ func (s *Store) reclaim(srv *etcdserver.EtcdServer, quota int64) {
 	s.defrags.mu.Unlock()
 	if !wait {
 		runDefrag(srv, &s.defrags, s.log)
+	}
+}
+
+// defragLockKey is the lock the members of a cluster take to defragment,
+// outside any server's prefix: a member's defragmentation stops its reads
+// and writes, and two at once could leave the cluster without a quorum.
+const defragLockKey = "capstan-etcd/defrag-lock"
+
+// defragLockTTL is the lease on the lock: a member that dies holding it
+// frees it after this long.
+const defragLockTTL = 60
+
+// defragOneAtATime defragments a cluster member's database when due, only
+// while it holds the cluster's defragmentation lock; when another member
+// holds it, it tries again after the next compaction period.
+func defragOneAtATime(ctx context.Context, srv *etcdserver.EtcdServer, c *clientv3.Client, d *defragger, revs int64, period time.Duration, log *slog.Logger) {
+	if !d.due(time.Now(), srv.Backend().Size(), revs, period) {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	sess, err := concurrency.NewSession(c, concurrency.WithTTL(defragLockTTL), concurrency.WithContext(ctx))
+	if err != nil {
+		log.Warn("defragment etcd: no session for the lock", "err", err)
+		return
+	}
+	defer sess.Close()
+	mu := concurrency.NewMutex(sess, defragLockKey)
+	if err := mu.TryLock(sctx); err != nil {
+		if errors.Is(err, concurrency.ErrLocked) {
+			log.Info("not defragmenting etcd: another member is", "member", srv.Cfg.Name)
+		} else {
+			log.Warn("defragment etcd: lock", "err", err)
+		}
+		return
+	}
+	log.Info("defragmenting etcd", "member", srv.Cfg.Name, "start", time.Now().Format(time.RFC3339Nano))
+	runDefrag(srv, d, log.With("member", srv.Cfg.Name))
+	log.Info("defragmentation over", "member", srv.Cfg.Name, "end", time.Now().Format(time.RFC3339Nano))
+	uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ucancel()
+	if err := mu.Unlock(uctx); err != nil {
+		// The session's close below revokes the lease, freeing it anyway.
+		log.Warn("defragment etcd: unlock", "err", err)
 	}
 }

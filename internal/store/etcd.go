@@ -54,6 +54,12 @@ type memberOpts struct {
 	log     *slog.Logger
 	// quota is the database's quota (0: etcd's default).
 	quota int64
+	// name, initialCluster and clusterState place the member in a
+	// cluster (empty: a cluster of its own, named "capstan"); caDir, if
+	// set, holds the CA its certificates are issued by, shared by every
+	// member of the cluster.
+	name, initialCluster, clusterState string
+	caDir                              string
 }
 
 // startMember starts etcd with its data in o.dir. The server talks to it
@@ -140,7 +146,7 @@ func lockDir(ctx context.Context, dir string, log *slog.Logger) (*os.File, error
 func startLocked(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client, error) {
 	dir := o.dir
 	cfg := embed.NewConfig()
-	cfg.Name = "capstan"
+	cfg.Name = cmp.Or(o.name, "capstan")
 	cfg.Dir = filepath.Join(dir, "data")
 	e := &embedded{}
 	if o.listen == "" {
@@ -157,6 +163,11 @@ func startLocked(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client
 		// Ports kept by earlier versions, which listened on 127.0.0.1.
 		os.Remove(filepath.Join(dir, "ports"))
 	} else {
+		if o.caDir != "" {
+			if err := adoptCA(dir, o.caDir); err != nil {
+				return nil, nil, err
+			}
+		}
 		f, err := ensureMemberTLS(dir, memberIPs(o.listen, o.peerListen))
 		if err != nil {
 			return nil, nil, err
@@ -168,6 +179,11 @@ func startLocked(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client
 		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
 	}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	clustered := o.initialCluster != ""
+	if clustered {
+		cfg.InitialCluster = o.initialCluster
+		cfg.ClusterState = cmp.Or(o.clusterState, embed.ClusterStateFlagNew)
+	}
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(cmp.Or(o.etcdLog, zap.NewNop()))
 	// The history is compacted by compactLoop (compact.go), then the
@@ -179,6 +195,11 @@ func startLocked(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client
 	// fleet's transactions were ~30 MiB of live heap at 5,000 instances.
 	cfg.SnapshotCount = 5000
 	cfg.SnapshotCatchUpEntries = 100
+	if clustered {
+		// Followers that fall behind catch up from these entries rather
+		// than from a whole snapshot of the database.
+		cfg.SnapshotCatchUpEntries = 1000
+	}
 	// Bigger transactions than etcd's defaults (128 operations, 1.5 MiB):
 	// placing thousands of tasks is bound by commits in sequence, not by
 	// their size.
@@ -271,6 +292,9 @@ type Member struct {
 	etcdLevel *zap.AtomicLevel // nil: etcd's log is off
 	stop      context.CancelFunc
 	done      chan struct{}
+	// clustered: the member has peers, and defragments only while it
+	// holds the cluster's defragmentation lock (defrag.go).
+	clustered bool
 }
 
 // MemberConfig says where a member keeps its data and listens.
@@ -292,6 +316,14 @@ type MemberConfig struct {
 	// EtcdLogLevel, if set (debug, info, warn or error), writes etcd's
 	// own log at that level to stderr: slow disks, long applies, alarms.
 	EtcdLogLevel string
+	// Name, InitialCluster (name=https://IP:PORT,... of every member's
+	// peer URL) and InitialClusterState (new, or existing to join a
+	// running cluster) make the member one of a cluster; they need
+	// Listen and PeerListen. CADir holds the CA (ca.crt, ca.key from
+	// WriteCA) every member's certificates are issued by, copied into
+	// Dir/tls on first start.
+	Name, InitialCluster, InitialClusterState string
+	CADir                                     string
 }
 
 // StartMember starts a member. Until Close it compacts its history every
@@ -301,7 +333,19 @@ func StartMember(ctx context.Context, cfg MemberConfig) (*Member, error) {
 	if cfg.CompactEvery <= 0 {
 		return nil, errors.New("store: a member needs a compaction period")
 	}
-	o := memberOpts{dir: cfg.Dir, listen: cfg.Listen, peerListen: cfg.PeerListen}
+	o := memberOpts{dir: cfg.Dir, listen: cfg.Listen, peerListen: cfg.PeerListen,
+		name: cfg.Name, initialCluster: cfg.InitialCluster, clusterState: cfg.InitialClusterState, caDir: cfg.CADir}
+	if cfg.InitialCluster != "" && cfg.Listen == "" {
+		return nil, errors.New("store: a member of a cluster needs client and peer addresses")
+	}
+	if cfg.InitialCluster != "" && cfg.CADir == "" {
+		return nil, errors.New("store: the members of a cluster need a CA they share (CADir)")
+	}
+	switch cfg.InitialClusterState {
+	case "", embed.ClusterStateFlagNew, embed.ClusterStateFlagExisting:
+	default:
+		return nil, fmt.Errorf("store: the initial cluster state must be new or existing (got %q)", cfg.InitialClusterState)
+	}
 	var etcdLevel *zap.AtomicLevel
 	if cfg.EtcdLogLevel != "" {
 		lvl, err := zapcore.ParseLevel(cfg.EtcdLogLevel)
@@ -334,7 +378,7 @@ func StartMember(ctx context.Context, cfg MemberConfig) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{e: e, client: c, log: o.log, tls: files, etcdLevel: etcdLevel, done: make(chan struct{})}
+	m := &Member{e: e, client: c, log: o.log, tls: files, etcdLevel: etcdLevel, done: make(chan struct{}), clustered: cfg.InitialCluster != ""}
 	m.defrags.minBytes = cmp.Or(cfg.DefragMinBytes, DefragMinBytes)
 	run, stop := context.WithCancel(context.Background())
 	m.stop = stop
@@ -363,6 +407,10 @@ func CheckMemberAddr(addr string) error {
 func (m *Member) maintain(ctx context.Context, every time.Duration) {
 	srv := m.e.etcd.Server
 	compactLoop(ctx, every, m.client, srv.KV().Rev, m.compacted.Store, func(revs int64) {
+		if m.clustered {
+			defragOneAtATime(ctx, srv, m.client, &m.defrags, revs, every, m.log)
+			return
+		}
 		defragIfDue(srv, &m.defrags, revs, every, m.log)
 	}, m.log)
 }

@@ -146,12 +146,7 @@ func ensureMemberTLS(dir string, ips []net.IP) (MemberTLS, error) {
 		for _, p := range []string{f.Server, f.ServerKey, f.Client.Cert, f.Client.Key} {
 			os.Remove(p)
 		}
-		if ca, caKey, err = issue(nil, nil, &x509.Certificate{
-			Subject:               pkix.Name{CommonName: "capstan etcd CA"},
-			IsCA:                  true,
-			BasicConstraintsValid: true,
-			KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		}, caLife, f.CA, f.CAKey); err != nil {
+		if ca, caKey, err = issue(nil, nil, caTemplate(), caLife, f.CA, f.CAKey); err != nil {
 			return f, err
 		}
 	}
@@ -351,4 +346,73 @@ func probeEtcd(endpoints []string, tc *tls.Config) string {
 		conn.Close()
 	}
 	return strings.Join(causes, "; ")
+}
+
+// WriteCA generates a CA for the members of a cluster into dir (ca.crt,
+// and ca.key 0600), to be copied to each member's host and named by its
+// CADir. It refuses to replace a CA already there.
+func WriteCA(dir string) (cert, key string, err error) {
+	cert, key = filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", fmt.Errorf("member CA: %w", err)
+	}
+	for _, p := range []string{cert, key} {
+		if _, err := os.Stat(p); err == nil {
+			return "", "", fmt.Errorf("member CA: %s exists; a new CA would void every certificate issued by it", p)
+		}
+	}
+	if _, _, err := issue(nil, nil, caTemplate(), caLife, cert, key); err != nil {
+		return "", "", err
+	}
+	return cert, key, nil
+}
+
+func caTemplate() *x509.Certificate {
+	return &x509.Certificate{
+		Subject:               pkix.Name{CommonName: "capstan etcd CA"},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+}
+
+// adoptCA puts the cluster's CA in caDir into the member's TLS dir, on its
+// first start; later starts check that it is still the same CA, since a
+// member whose certificates another CA issued is refused by its peers.
+func adoptCA(dir, caDir string) error {
+	f := MemberTLSFiles(dir)
+	src, srcKey := filepath.Join(caDir, "ca.crt"), filepath.Join(caDir, "ca.key")
+	ca, _, err := loadPair(src, srcKey)
+	if err != nil {
+		return fmt.Errorf("the cluster's CA in %s (capstan etcd ca writes one): %w", caDir, err)
+	}
+	have, _, err := loadPair(f.CA, f.CAKey)
+	if err == nil {
+		if !have.Equal(ca) {
+			return fmt.Errorf("member TLS: %s holds another CA than %s; a member keeps the CA it started with", f.CA, src)
+		}
+		return nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("member TLS: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(f.CA), 0o700); err != nil {
+		return fmt.Errorf("member TLS: %w", err)
+	}
+	// ensureMemberTLS then issues the member's certificates under it.
+	for _, p := range [][2]string{{srcKey, f.CAKey}, {src, f.CA}} {
+		b, err := os.ReadFile(p[0])
+		if err != nil {
+			return fmt.Errorf("member TLS: %w", err)
+		}
+		tmp := p[1] + ".tmp"
+		os.Remove(tmp)
+		if err := os.WriteFile(tmp, b, 0o600); err != nil {
+			return fmt.Errorf("member TLS: %w", err)
+		}
+		if err := os.Rename(tmp, p[1]); err != nil {
+			return fmt.Errorf("member TLS: %w", err)
+		}
+	}
+	return nil
 }
