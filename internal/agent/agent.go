@@ -150,6 +150,9 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	if o.HTTPClient != nil {
 		eo.HTTPClient = o.HTTPClient
 	}
+	if fo := session.APIFailover(cfg.Endpoints); fo != nil {
+		eo.APIOptions = append(eo.APIOptions, fo)
+	}
 	client := ecs.New(eo)
 	for {
 		err := runInstance(ctx, cfg, o, db, rt, client, capacity, info, log)
