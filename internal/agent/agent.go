@@ -228,7 +228,7 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 	}
 	src.eng = eng
 	sess := session.New(session.Config{Endpoint: cfg.Endpoint, Endpoints: cfg.Endpoints, CABundle: cfg.CABundle, AccessKeyID: cfg.AccessKeyID, SecretKey: cfg.SecretAccessKey.Reveal(),
-		Region: cfg.Region, InstanceArn: instanceArn, AgentVersion: Version, Store: db, Engine: eng, Logs: logs.Reader{RT: rt}, HTTPClient: o.HTTPClient, Log: log})
+		Region: cfg.Region, InstanceArn: instanceArn, AgentVersion: Version, Store: db, Engine: eng, Logs: logs.Reader{RT: rt}, Exec: session.ContainerExec{RT: rt}, HTTPClient: o.HTTPClient, Log: log})
 
 	var metricsServer *http.Server
 	var metricsListener net.Listener

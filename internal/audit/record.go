@@ -56,6 +56,8 @@ type Event struct {
 	RecipientAccountID string `json:"recipientAccountId"`
 	// AdditionalEventData is set on a summary of an agent's calls.
 	AdditionalEventData *Summary `json:"additionalEventData,omitempty"`
+	// ServiceEventDetails is set on an exec session's record.
+	ServiceEventDetails *ExecSession `json:"serviceEventDetails,omitempty"`
 }
 
 // UserIdentity is who made the call.

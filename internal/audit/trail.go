@@ -71,6 +71,7 @@ type Trail struct {
 
 	mu      sync.Mutex
 	pending []api.Record
+	events  []Event // built already: exec sessions (exec.go)
 	closed  bool
 	// queued counts records handed over, settled those a write has been
 	// attempted for (or that went into a summary); settledCh is closed,
@@ -262,9 +263,10 @@ func (t *Trail) linger() {
 // them when final), with the records an earlier write failed on first.
 func (t *Trail) flush(final bool) {
 	t.mu.Lock()
-	recs := t.pending
-	t.pending = nil
+	recs, events := t.pending, t.events
+	t.pending, t.events = nil, nil
 	t.mu.Unlock()
+	t.unwritten = append(t.unwritten, events...)
 	now := t.now()
 	for _, r := range recs {
 		if r.Principal.Role == auth.RoleAgent {
@@ -278,7 +280,7 @@ func (t *Trail) flush(final bool) {
 	t.unwritten = append(t.unwritten, t.dueSummaries(now, final)...)
 	t.write(now, final)
 	t.mu.Lock()
-	t.settled += uint64(len(recs))
+	t.settled += uint64(len(recs) + len(events))
 	close(t.settledCh)
 	t.settledCh = make(chan struct{})
 	t.mu.Unlock()

@@ -287,7 +287,7 @@ type verb struct {
 
 type action func(ctx context.Context, s *session, args []string) error
 
-var nouns = []*noun{clusterNoun(), capacityProviderNoun(), taskDefinitionNoun(), daemonTaskDefinitionNoun(), daemonNoun(), serviceNoun(), taskNoun(), instanceNoun(), agentCredentialNoun(), eventsNoun(), logsNoun(),
+var nouns = []*noun{clusterNoun(), capacityProviderNoun(), taskDefinitionNoun(), daemonTaskDefinitionNoun(), daemonNoun(), serviceNoun(), taskNoun(), instanceNoun(), agentCredentialNoun(), eventsNoun(), logsNoun(), execNoun(),
 	userNoun(), groupNoun(), policyNoun(), whoamiNoun(), auditNoun()}
 
 func findNoun(name string) *noun {

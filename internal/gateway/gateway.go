@@ -153,6 +153,7 @@ type session struct {
 	parked   *parkedConn // conn's socket, if its reads park (not TLS)
 	outbox               // writes, and the writer's state (writer.go)
 	logs     logRequests // log requests in progress (logs.go)
+	execs    execStreams // exec streams in progress (exec.go)
 
 	once  sync.Once
 	first error // the session's error: the first of its parts' to end it
@@ -246,6 +247,7 @@ func (g *Gateway) serve(ctx context.Context, conn *websocket.Conn, parked *parke
 	g.startWriting(sctx, s)
 	s.end(g.receive(sctx, s))
 	s.endLogs()
+	s.endExecs()
 	g.stopWriting(s)
 	return s.first
 }
@@ -476,6 +478,18 @@ func (g *Gateway) handle(ctx context.Context, s *session, b []byte) error {
 	case protocol.TypeLogEnd:
 		if m.LogEnd != nil {
 			s.routeLog(m.LogEnd.ID, m)
+		}
+	case protocol.TypeExecOutput:
+		if m.ExecOutput != nil {
+			s.routeExec(m.ExecOutput.ID, m)
+		}
+	case protocol.TypeExecAck:
+		if m.ExecAck != nil {
+			s.routeExec(m.ExecAck.ID, m)
+		}
+	case protocol.TypeExecExit:
+		if m.ExecExit != nil {
+			s.routeExec(m.ExecExit.ID, m)
 		}
 	case protocol.TypeStateChange:
 		if m.StateChange == nil {

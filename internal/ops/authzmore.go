@@ -111,10 +111,13 @@ var authTableMore = map[string]authSpec{
 		func(b *authBuild, r *shapes.ContinueServiceDeploymentRequest) error {
 			return b.deploymentArns("serviceDeploymentArn", "service-deployment", []string{r.ServiceDeploymentArn})
 		}),
-	"ExecuteCommand": authOp("ecs:ExecuteCommand", "task", keys(condCluster), nil,
+	"ExecuteCommand": authOp("ecs:ExecuteCommand", "task", keys(condCluster, condContainerName), nil,
 		func(b *authBuild, r *shapes.ExecuteCommandRequest) error {
-			_, err := b.inCluster("task", r.Cluster, []string{r.Task}, b.s.TaskID, b.s.ARNs.Task)
-			return err
+			arns, err := b.inCluster("task", r.Cluster, []string{r.Task}, b.s.TaskID, b.s.ARNs.Task)
+			if err != nil {
+				return err
+			}
+			return b.execContainer(arns[0], r.Container)
 		}),
 	"ListServicesByNamespace": authOp("ecs:ListServicesByNamespace", resAll, nil, nil,
 		func(*authBuild, *shapes.ListServicesByNamespaceRequest) error { return nil }),

@@ -76,6 +76,7 @@ const (
 	condDaemon               = "ecs:daemon"
 	condService              = "ecs:service"
 	condContainerInstances   = "ecs:container-instances"
+	condContainerName        = "ecs:container-name"
 	condPrivileged           = "ecs:privileged"
 	condCreateAction         = "ecs:CreateAction"
 	condTagKeys              = "aws:TagKeys"

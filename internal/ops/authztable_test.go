@@ -50,6 +50,7 @@ func authProbe(s *Service) (*api.Handler, func(target, body string) (string, ref
 	}, slog.New(slog.DiscardHandler))
 	s.Register(h)
 	s.RegisterTaskLogs(h, nil)
+	s.RegisterExec(h, ExecConfig{})
 	probe := func(target, body string) (string, reflect.Type) {
 		mu.Lock()
 		seenOp, seenType = "", nil

@@ -2,6 +2,8 @@ package ops_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
+	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/testenv"
 )
 
@@ -74,6 +77,34 @@ func TestEnableExecuteCommandKept(t *testing.T) {
 	for _, task := range d.Tasks {
 		if got := task.EnableExecuteCommand; got != want[aws.ToString(task.TaskArn)] {
 			t.Errorf("task %s: enableExecuteCommand %v, want %v", aws.ToString(task.TaskArn), got, want[aws.ToString(task.TaskArn)])
+		}
+	}
+}
+
+// SplitCommand splits as a POSIX shell would, without expansions.
+func TestSplitCommand(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+		err  string
+	}{
+		{"sh", []string{"sh"}, ""},
+		{"  sh  -c   'echo hi; exit 3' ", []string{"sh", "-c", "echo hi; exit 3"}, ""},
+		{`echo "a \"b\" \$c" d\ e ''`, []string{"echo", `a "b" $c`, "d e", ""}, ""},
+		{`'it'\''s'`, []string{"it's"}, ""},
+		{"sh -c 'x", nil, "unterminated single quote"},
+		{`echo "x`, nil, "unterminated double quote"},
+		{"   ", nil, "has no words"},
+	} {
+		got, err := ops.SplitCommand(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: %v, want error %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("%q: %q %v, want %q", c.in, got, err, c.want)
 		}
 	}
 }

@@ -24,7 +24,6 @@ func (s *Service) registerUnavailable(h *api.Handler) {
 	api.Register(h, "UpdateTaskSet", s.UpdateTaskSet)
 	api.Register(h, "UpdateServicePrimaryTaskSet", s.UpdateServicePrimaryTaskSet)
 	api.Register(h, "ContinueServiceDeployment", s.ContinueServiceDeployment)
-	api.Register(h, "ExecuteCommand", s.ExecuteCommand)
 	api.Register(h, "ListServicesByNamespace", s.ListServicesByNamespace)
 	api.Register(h, "SubmitTaskStateChange", s.SubmitTaskStateChange)
 	api.Register(h, "SubmitContainerStateChange", s.SubmitContainerStateChange)
@@ -101,31 +100,6 @@ func (s *Service) ContinueServiceDeployment(ctx context.Context, req *shapes.Con
 		return nil, fault.Missing("ServiceDeploymentNotFoundException", "The service deployment %s does not exist.", req.ServiceDeploymentArn)
 	}
 	return nil, fault.Invalid("hookId", "no lifecycle hook %q is waiting on deployment %s: Capstan's service deployments have no lifecycle hooks", fleet.Clip(req.HookId), req.ServiceDeploymentArn)
-}
-
-// ExecuteCommand needs the SSM agent in the task, which Capstan never
-// starts: ECS's answer for a task run without execute command.
-func (s *Service) ExecuteCommand(ctx context.Context, req *shapes.ExecuteCommandRequest) (*shapes.ExecuteCommandResponse, error) {
-	if req.Task == "" {
-		return nil, fault.Invalid("task", "is required")
-	}
-	if req.Command == "" {
-		return nil, fault.Invalid("command", "is required")
-	}
-	cl, err := s.ActiveCluster(ctx, "cluster", req.Cluster)
-	if err != nil {
-		return nil, err
-	}
-	id, err := s.TaskID("task", cl.Value.ClusterName, req.Task)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := store.Get[store.Task](ctx, s.Store, store.TaskKey(cl.Value.ClusterName, id)); errors.Is(err, store.ErrNotFound) {
-		return nil, fault.Invalid("task", "task %s not found in cluster %s", id, cl.Value.ClusterName)
-	} else if err != nil {
-		return nil, fleet.StoreErr(err)
-	}
-	return nil, fault.Invalid("", "The execute command failed because execute command was not enabled when the task was run or the execute command agent isn't running. Wait and try again or run a new task with execute command enabled and try again.")
 }
 
 // ListServicesByNamespace lists the services of a Cloud Map namespace;

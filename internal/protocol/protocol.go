@@ -4,6 +4,8 @@
 //	agent → server: hello, manifestAck, stateChange, heartbeat
 //	server → agent: manifest, stateAck, heartbeat, error
 //	server → agent: logRequest, logCancel; agent → server: logChunk, logEnd
+//	exec (exec.go): server → agent: execStart, execInput, execResize,
+//	execAck, execCancel; agent → server: execOutput, execAck, execExit
 //
 // The server pushes an instance's whole desired task set (a manifest) with a
 // sequence number; the agent persists it before acknowledging. The agent
@@ -40,6 +42,14 @@ const (
 	TypeLogCancel  = "logCancel"
 	TypeLogChunk   = "logChunk"
 	TypeLogEnd     = "logEnd"
+	// Exec sessions (exec.go).
+	TypeExecStart  = "execStart"
+	TypeExecInput  = "execInput"
+	TypeExecResize = "execResize"
+	TypeExecOutput = "execOutput"
+	TypeExecAck    = "execAck"
+	TypeExecExit   = "execExit"
+	TypeExecCancel = "execCancel"
 )
 
 // Message is one frame; exactly the member named by Type is set.
@@ -56,6 +66,13 @@ type Message struct {
 	LogCancel   *LogCancel   `json:"logCancel,omitempty"`
 	LogChunk    *LogChunk    `json:"logChunk,omitempty"`
 	LogEnd      *LogEnd      `json:"logEnd,omitempty"`
+	ExecStart   *ExecStart   `json:"execStart,omitempty"`
+	ExecInput   *ExecInput   `json:"execInput,omitempty"`
+	ExecResize  *ExecResize  `json:"execResize,omitempty"`
+	ExecOutput  *ExecOutput  `json:"execOutput,omitempty"`
+	ExecAck     *ExecAck     `json:"execAck,omitempty"`
+	ExecExit    *ExecExit    `json:"execExit,omitempty"`
+	ExecCancel  *ExecCancel  `json:"execCancel,omitempty"`
 }
 
 // Hello opens a session. ManifestSeq is the last manifest the agent has

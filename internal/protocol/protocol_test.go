@@ -52,7 +52,8 @@ func TestWireFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, typ := range []string{TypeHello, TypeManifest, TypeManifestAck, TypeStateChange, TypeStateAck, TypeHeartbeat, TypeError,
-		TypeLogRequest, TypeLogCancel, TypeLogChunk, TypeLogEnd} {
+		TypeLogRequest, TypeLogCancel, TypeLogChunk, TypeLogEnd,
+		TypeExecStart, TypeExecInput, TypeExecResize, TypeExecOutput, TypeExecAck, TypeExecExit, TypeExecCancel} {
 		if !seen[typ] {
 			t.Errorf("no %s message in testdata/wire.jsonl", typ)
 		}

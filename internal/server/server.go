@@ -356,6 +356,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		Limit: cfg.AuditLimit, Log: cfg.Log})
 	h.Audit = trail.Record
 	ops.RegisterAudit(h, trail)
+	execH := ops.RegisterExec(h, opsExecConfig(gw, trail, localURL(cfg.tlsEnabled(), addr)))
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -384,6 +385,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		h.ServeHTTP(w, r)
 	}))
 	mux.Handle("GET "+protocol.Path, gw)
+	mux.Handle("GET "+protocol.ExecPath+"{id}", execH)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !st.Ready() {
 			http.Error(w, "store not ready", http.StatusServiceUnavailable)

@@ -72,7 +72,9 @@ type Config struct {
 	Store        Store
 	Engine       Engine
 	// Logs answers the server's log requests; nil refuses them.
-	Logs       LogServer
+	Logs LogServer
+	// Exec runs exec sessions' commands; nil refuses them.
+	Exec       ExecServer
 	HTTPClient *http.Client
 	Log        *slog.Logger
 	// BatchDelay, when positive, gathers state changes for this long before
@@ -347,12 +349,14 @@ func (c *Client) session(ctx context.Context) error {
 	a := newAcks()
 	go func() { defer wg.Done(); errs <- c.sender(sctx, out, a) }()
 	ls := &logStreams{cancel: map[uint64]context.CancelFunc{}}
-	go func() { defer wg.Done(); errs <- c.reader(sctx, l, out, a, ls) }()
+	es := &execRuns{runs: map[uint64]*execRun{}}
+	go func() { defer wg.Done(); errs <- c.reader(sctx, l, out, a, ls, es) }()
 	err = <-errs
 	scancel()
 	conn.Close(websocket.StatusNormalClosure, "")
 	wg.Wait()
 	ls.wg.Wait()
+	es.wg.Wait()
 	return err
 }
 
@@ -478,7 +482,7 @@ func (c *Client) merge(batches []state.Batch) (protocol.StateChange, bool) {
 }
 
 // reader handles what the server sends.
-func (c *Client) reader(ctx context.Context, l *link.Link, out chan<- protocol.Message, a *acks, ls *logStreams) error {
+func (c *Client) reader(ctx context.Context, l *link.Link, out chan<- protocol.Message, a *acks, ls *logStreams, es *execRuns) error {
 	for {
 		b, err := l.Read()
 		if err != nil {
@@ -523,6 +527,26 @@ func (c *Client) reader(ctx context.Context, l *link.Link, out chan<- protocol.M
 		case protocol.TypeLogCancel:
 			if m.LogCancel != nil {
 				ls.stop(m.LogCancel.ID)
+			}
+		case protocol.TypeExecStart:
+			if m.ExecStart != nil {
+				c.startExec(ctx, es, *m.ExecStart, out)
+			}
+		case protocol.TypeExecInput:
+			if m.ExecInput != nil {
+				es.input(*m.ExecInput)
+			}
+		case protocol.TypeExecResize:
+			if m.ExecResize != nil {
+				es.resize(*m.ExecResize)
+			}
+		case protocol.TypeExecAck:
+			if m.ExecAck != nil {
+				es.ack(*m.ExecAck)
+			}
+		case protocol.TypeExecCancel:
+			if m.ExecCancel != nil {
+				es.stop(m.ExecCancel.ID)
 			}
 		case protocol.TypeError:
 			if m.Error != nil {
