@@ -1,7 +1,8 @@
 // Package provision declares how the control plane gets managed instances:
 // a Provisioner launches an instance running `capstan agent` with the
 // credential and settings it is given, and terminates it. Implementations:
-// local (agent processes on this machine). Cloud provisioners come later.
+// local (agent processes on this machine), sim (hollow agents, for scale
+// tests) and ec2 (EC2 instances, docs/ec2.md).
 package provision
 
 import (

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -453,6 +454,37 @@ func TestEC2Provisioner(t *testing.T) {
 		if s := instanceState(t, ec, id); s != ec2types.InstanceStateNameRunning {
 			t.Errorf("instance %s Capstan did not launch is %s", id, s)
 		}
+	}
+	// A launch that cannot succeed (AWS-made CPUs are arm64, the image is
+	// x86_64: no type fits) is a warning event naming the capacity provider and
+	// why, and the task waits; nothing is launched.
+	if _, err := f.c.CreateCapacityProvider(ctx, &ecs.CreateCapacityProviderInput{Name: aws.String("nomatch"), Cluster: aws.String(f.cluster),
+		ManagedInstancesProvider: &types.CreateManagedInstancesProviderConfiguration{InfrastructureRoleArn: aws.String("arn:aws:iam::123456789012:role/capstan"),
+			InstanceLaunchTemplate: &types.InstanceLaunchTemplate{Ec2InstanceProfileArn: aws.String(profile),
+				NetworkConfiguration: &types.ManagedInstancesNetworkConfiguration{Subnets: []string{subnet}},
+				InstanceRequirements: &types.InstanceRequirementsRequest{VCpuCount: &types.VCpuCountRangeRequest{Min: aws.Int32(1)},
+					MemoryMiB: &types.MemoryMiBRequest{Min: aws.Int32(1024)}, CpuManufacturers: []types.CpuManufacturer{types.CpuManufacturerAmazonWebServices}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	launchedBefore := len(instancesWith(t, ec, ec2prov.TagInstanceID))
+	waiting, err := f.c.RunTask(ctx, &ecs.RunTaskInput{Cluster: aws.String(f.cluster), TaskDefinition: aws.String(td),
+		CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("nomatch")}}})
+	if err != nil || len(waiting.Tasks) != 1 {
+		t.Fatalf("run on nomatch: %+v %v", waiting, err)
+	}
+	eventually(t, 30*time.Second, "a launch-impaired event for nomatch", func() bool {
+		cmd := exec.Command(capstanBinary(t), "--endpoint", "http://"+p.addr, "--access-key-id", testKey, "--secret-access-key", testSecret,
+			"-o", "json", "events", "--cluster", f.cluster, "--type", "daemon-action")
+		cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+		out, err := cmd.Output()
+		return err == nil && strings.Contains(string(out), "MANAGED_INSTANCE_LAUNCH_IMPAIRED") && strings.Contains(string(out), `"capacityProviderName":"nomatch"`) &&
+			strings.Contains(string(out), "no EC2 instance type meets")
+	})
+	if s := aws.ToString(f.task(aws.ToString(waiting.Tasks[0].TaskArn)).LastStatus); s != "PROVISIONING" {
+		t.Errorf("task on nomatch is %s", s)
+	}
+	if n := len(instancesWith(t, ec, ec2prov.TagInstanceID)); n != launchedBefore {
+		t.Errorf("instances launched for nomatch: %d", n-launchedBefore)
 	}
 	t.Logf("EC2 instances launched by Capstan over the test: %s", strconv.Itoa(len(instancesWith(t, ec, ec2prov.TagInstanceID))-2))
 }

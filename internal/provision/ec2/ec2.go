@@ -178,7 +178,7 @@ func (p *Provisioner) launch(ctx context.Context, req provision.Request) (string
 		return "", fmt.Errorf("no EC2 instance type meets capacity provider %s's instanceRequirements with %d vCPUs and %d MiB (architecture %s)",
 			req.CapacityProvider, n.minVCPU, n.minMemoryMiB, p.arch)
 	}
-	ud, err := UserData(req.ID, req.Cluster, req.CapacityProvider, req.Env, p.cfg.AgentURL)
+	ud, err := UserData(req.ID, req.Cluster, req.CapacityProvider, machineEnv(req.Env), p.cfg.AgentURL)
 	if err != nil {
 		return "", err
 	}
@@ -207,6 +207,21 @@ func (p *Provisioner) launch(ctx context.Context, req provision.Request) (string
 		}
 	}
 	return "", fmt.Errorf("run EC2 instance: %w", errors.Join(errs...))
+}
+
+// machineEnv is the request's agent settings for an agent alone on its
+// machine: the metrics and metadata addresses the controller asks for let
+// many agents share one host, and the agent's defaults fit a machine of
+// its own (metadata on the docker0 bridge, as ECS's agent serves it).
+// The operator's settings (req.Settings) are part of req.Env.
+func machineEnv(env map[string]string) map[string]string {
+	out := make(map[string]string, len(env))
+	for k, v := range env {
+		if k != "CAPSTAN_METRICS_ADDR" && k != "CAPSTAN_METADATA_ADDR" {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // clientToken is at most 64 characters, as EC2 takes.
