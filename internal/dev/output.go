@@ -87,6 +87,7 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 func table(w io.Writer, st Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  API\t%s\tcluster %s\n", st.Endpoint, st.Cluster)
+	fmt.Fprintf(tw, "  console\t%s/console/\tsign in with the access key below\n", st.Endpoint)
 	for _, in := range st.Instances {
 		conn := "agent connected"
 		switch {

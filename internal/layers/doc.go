@@ -25,7 +25,7 @@ var Layers = [][][]string{
 	// operations, the IAM and STS operations, the reconcilers, the agent
 	// sessions; the agent and the client live apart from the server
 	// entirely.
-	{{"internal/ops"}, {"internal/iamapi"}, {"internal/controller/..."}, {"internal/gateway"}, {"internal/agent/..."}, {"internal/cli"}},
+	{{"internal/ops"}, {"internal/iamapi"}, {"internal/controller/..."}, {"internal/gateway"}, {"internal/console"}, {"internal/agent/..."}, {"internal/cli"}},
 	// What starts agents for the server.
 	{{"internal/provision/local"}, {"internal/provision/sim"}, {"internal/provision/ec2"}},
 	// Assembly: the control plane, the dev cluster, the test harness.

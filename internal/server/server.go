@@ -26,6 +26,7 @@ import (
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/audit"
 	"github.com/capstanhq/capstan/internal/auth"
+	"github.com/capstanhq/capstan/internal/console"
 	"github.com/capstanhq/capstan/internal/controller"
 	"github.com/capstanhq/capstan/internal/controller/daemons"
 	"github.com/capstanhq/capstan/internal/controller/deployments"
@@ -399,6 +400,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// The web console calls h as its signed-in users (internal/console).
+	consoleCtx, stopConsole := context.WithCancel(context.Background())
+	mux.Handle(console.Prefix, console.New(consoleCtx, console.Config{API: h, Lookup: lookup, Authorize: ops.Authorizer(authorizer),
+		Store: st, Region: cfg.Region, Secure: cfg.tlsEnabled(), Log: cfg.Log}))
 
 	s := &Server{
 		reconciles:     counts,
@@ -429,6 +434,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.http.RegisterOnShutdown(svc.Events().EndWaits) // long polls must not hold up a shutdown
 	s.http.RegisterOnShutdown(trail.EndWaits)
+	s.http.RegisterOnShutdown(stopConsole)
 	go func() { s.served <- s.http.Serve(ln) }()
 
 	// Controllers run on the elected leader only; every server serves the API.
