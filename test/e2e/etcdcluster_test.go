@@ -218,6 +218,14 @@ func TestThreeMemberCapstanEtcd(t *testing.T) {
 	if _, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("after-replace")}); err != nil {
 		t.Fatal(err)
 	}
+	// A snapshot of the new member holds the blobs written before it joined.
+	snap := filepath.Join(t.TempDir(), "backup.db")
+	if out := capstanOut(t, "etcd", "snapshot", "save", "--data-dir", d.dir, snap); !strings.Contains(out, "wrote "+snap) {
+		t.Fatalf("snapshot save: %s", out)
+	}
+	if fi, err := os.Stat(snap); err != nil || fi.Size() < 24<<20 {
+		t.Fatalf("snapshot %v, %v: want the 24 MiB of blobs in it", fi, err)
+	}
 	list = capstanOut(t, "etcd", "member", "list", "--data-dir", d.dir)
 	if strings.Count(list, "https://") != 6 || !strings.Contains(list, " d ") || strings.Contains(list, " "+dead.name+" ") {
 		t.Fatalf("member list after the replacement:\n%s", list)
