@@ -73,6 +73,9 @@ type machines struct {
 	sizes  map[string][2]int // instance type: vCPUs, MiB
 	mu     sync.Mutex
 	booted map[string]bool // EC2 instance ID: booted (false once gone)
+	// bootedAt and goneAt are when the loop booted an instance and saw it
+	// leave running.
+	bootedAt, goneAt map[string]time.Time
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -83,7 +86,7 @@ func newMachines(t *testing.T, client *ec2.Client) *machines {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &machines{t: t, ec2: client, prov: prov, sizes: map[string][2]int{}, booted: map[string]bool{}, cancel: cancel, done: make(chan struct{})}
+	m := &machines{t: t, ec2: client, prov: prov, sizes: map[string][2]int{}, booted: map[string]bool{}, bootedAt: map[string]time.Time{}, goneAt: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
 	go m.loop(ctx)
 	t.Cleanup(func() {
 		cancel()
@@ -126,6 +129,7 @@ func (m *machines) pass(ctx context.Context) error {
 				m.prov.Terminate(ctx, id)
 				m.mu.Lock()
 				m.booted[id] = false
+				m.goneAt[id] = time.Now()
 				m.mu.Unlock()
 			}
 		}
@@ -167,6 +171,7 @@ func (m *machines) boot(ctx context.Context, id, instanceType string) error {
 		return err
 	}
 	m.booted[id] = true
+	m.bootedAt[id] = time.Now()
 	return nil
 }
 
@@ -349,8 +354,23 @@ func TestEC2Provisioner(t *testing.T) {
 		t.Fatalf("daemon tasks %+v, app started %v", dts, app.StartedAt)
 	}
 
-	// A daemon rollout replaces the instance: the new one first, then the
-	// old one is drained and terminated in EC2.
+	// A service task joins the app on the instance.
+	web := f.register("web", f.container("web", "sleep", "3600"))
+	if _, err := f.c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(f.cluster), ServiceName: aws.String("web"), TaskDefinition: aws.String(web),
+		DesiredCount: aws.Int32(1), CapacityProviderStrategy: []types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("fleet")}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the service task runs on the instance", func() bool {
+		tk, ok := f.runningServiceTask("web")
+		return ok && aws.ToString(tk.ContainerInstanceArn) == inst
+	})
+	if n := len(instancesWith(t, ec, ec2prov.TagInstanceID)); n != 2 { // ours and otherOwner
+		t.Fatalf("the service task launched another instance: %d tagged", n)
+	}
+
+	// A daemon rollout replaces the instance: the new one first (booted
+	// before the old one is terminated), the service task moves there,
+	// and the old one is terminated in EC2.
 	td2, err := f.c.RegisterDaemonTaskDefinition(ctx, &ecs.RegisterDaemonTaskDefinitionInput{Family: aws.String("agentd"),
 		ContainerDefinitions: []types.DaemonContainerDefinition{{Name: aws.String("agentd"), Image: aws.String(f.image), Memory: aws.Int32(32), Command: []string{"sleep", "3601"}}}})
 	if err != nil {
@@ -394,6 +414,16 @@ func TestEC2Provisioner(t *testing.T) {
 	if second == firstID || instanceState(t, ec, second) != ec2types.InstanceStateNameRunning {
 		t.Fatalf("replacement %s", second)
 	}
+	boots.mu.Lock()
+	bootedSecond, goneFirst := boots.bootedAt[second], boots.goneAt[firstID]
+	boots.mu.Unlock()
+	if goneFirst.IsZero() || !bootedSecond.Before(goneFirst) {
+		t.Errorf("start-before-stop: replacement booted %v, old instance gone %v", bootedSecond, goneFirst)
+	}
+	eventually(t, 60*time.Second, "the service task runs on the replacement", func() bool {
+		tk, ok := f.runningServiceTask("web")
+		return ok && aws.ToString(tk.ContainerInstanceArn) == boots.prov.InstanceArn(second)
+	})
 
 	// Kill the server mid-launch: tasks that need new instances, and the
 	// kill as soon as EC2 shows the first of them. A leaked launch is
