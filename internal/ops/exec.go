@@ -290,6 +290,7 @@ func (e *execOps) relay(ctx context.Context, conn *websocket.Conn, g *execGrant,
 	clientGone := make(chan struct{})
 	go func() {
 		defer close(clientGone)
+		inputOver := false // the exec took no more: the rest is dropped, its output and exit still go out
 		for {
 			f, err := readFrame(ctx, conn)
 			if err != nil {
@@ -297,8 +298,8 @@ func (e *execOps) relay(ctx context.Context, conn *websocket.Conn, g *execGrant,
 			}
 			switch f.Type {
 			case protocol.FrameInput:
-				if ec.Input(ctx, f.Data) != nil {
-					return
+				if !inputOver && ec.Input(ctx, f.Data) != nil {
+					inputOver = true
 				}
 			case protocol.FrameEOF:
 				ec.CloseInput()
