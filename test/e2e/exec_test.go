@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 	"github.com/coder/websocket"
 	"golang.org/x/sys/unix"
 
@@ -272,4 +273,42 @@ func TestExec(t *testing.T) {
 		code, out, _ := f.capstanCLIEnv(keys, "exec", task, "--cluster", f.cluster, "--", "echo", "allowed")
 		return code == 0 && out == "allowed\n"
 	})
+}
+
+// TestExecIntoDaemon: a daemon created with enableExecuteCommand runs its
+// tasks with it (DescribeTasks shows it) and accepts exec; one created
+// without it refuses exec with ECS's words.
+func TestExecIntoDaemon(t *testing.T) {
+	ctx := context.Background()
+	f := newFleet(t)
+	cp := f.capacityProvider("fleet-mi")
+	for _, name := range []string{"probe", "closed"} {
+		td, err := f.c.RegisterDaemonTaskDefinition(ctx, &ecs.RegisterDaemonTaskDefinitionInput{Family: aws.String(name),
+			ContainerDefinitions: []types.DaemonContainerDefinition{{Name: aws.String(name), Image: aws.String(f.image), Memory: aws.Int32(32),
+				Command: []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.c.CreateDaemon(ctx, &ecs.CreateDaemonInput{DaemonName: aws.String(name), ClusterArn: aws.String(f.cluster),
+			DaemonTaskDefinitionArn: td.DaemonTaskDefinitionArn, CapacityProviderArns: []string{cp}, EnableExecuteCommand: name == "probe"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agents.StartEnv(t, agents.EnvFor(t, f.srv, f.cluster, "fleet-mi", t.TempDir()), f.rt)
+	var probe, closed []types.Task
+	eventually(t, 90*time.Second, "both daemons' tasks RUNNING", func() bool {
+		probe, closed = f.daemonTasks("probe", "RUNNING"), f.daemonTasks("closed", "RUNNING")
+		return len(probe) == 1 && len(closed) == 1 && aws.ToString(probe[0].LastStatus) == "RUNNING" && aws.ToString(closed[0].LastStatus) == "RUNNING"
+	})
+	if !probe[0].EnableExecuteCommand || closed[0].EnableExecuteCommand {
+		t.Fatalf("enableExecuteCommand: probe %v, closed %v", probe[0].EnableExecuteCommand, closed[0].EnableExecuteCommand)
+	}
+	code, out, errs := f.capstanCLI("exec", aws.ToString(probe[0].TaskArn), "--cluster", f.cluster, "--", "sh", "-c", "echo in-daemon")
+	if code != 0 || out != "in-daemon\n" {
+		t.Fatalf("exec into the daemon: exit %d, %q, %q", code, out, errs)
+	}
+	code, _, errs = f.capstanCLI("exec", aws.ToString(closed[0].TaskArn), "--cluster", f.cluster, "--", "true")
+	if code == 0 || !strings.Contains(errs, "execute command was not enabled") {
+		t.Fatalf("exec into a daemon without enableExecuteCommand: exit %d, %q", code, errs)
+	}
 }
