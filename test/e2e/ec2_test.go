@@ -76,8 +76,8 @@ type machines struct {
 	// bootedAt and goneAt are when the loop booted an instance and saw it
 	// leave running.
 	bootedAt, goneAt map[string]time.Time
-	cancel context.CancelFunc
-	done   chan struct{}
+	cancel           context.CancelFunc
+	done             chan struct{}
 }
 
 func newMachines(t *testing.T, client *ec2.Client) *machines {
