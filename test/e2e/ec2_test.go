@@ -561,3 +561,25 @@ func liveBooted(m *machines) map[string]bool {
 	}
 	return out
 }
+
+// TestEC2ProvisionerBadStart: the ec2 provisioner without an image, or with
+// one EC2 does not have, stops the server at start naming what is wrong.
+func TestEC2ProvisionerBadStart(t *testing.T) {
+	motoURL := startMoto(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "testing")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "testing")
+	t.Setenv("AWS_REGION", "us-east-1")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--provisioner", "ec2", "--ec2-endpoint", motoURL}, "--ec2-image-id"},
+		{[]string{"--provisioner", "ec2", "--ec2-endpoint", motoURL, "--ec2-image-id", "ami-12345678"}, "ami-12345678"},
+	} {
+		cmd := exec.Command(capstanBinary(t), append([]string{"server", "--listen", freeAddr(t), "--data-dir", t.TempDir()}, c.args...)...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("capstan server %v: %v, output without %q:\n%s", c.args, err, c.want, out)
+		}
+	}
+}
