@@ -220,6 +220,11 @@ func TestBrowserRollout(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("states the page went through:\n%s", strings.Join(seen, "\n"))
+	// The deployments list is part of the live view too.
+	waitFor(t, 10*time.Second, "the deployment SUCCESSFUL in the list", func() bool {
+		row := eval[string](t, b, "deployments", `document.querySelector("#deployments tbody tr").innerText`)
+		return strings.Contains(row, "agentd:2") && strings.Contains(row, "SUCCESSFUL")
+	})
 	if len(seen) < 2 {
 		t.Fatalf("the page showed no change on the way: %v", seen)
 	}
