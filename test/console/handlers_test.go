@@ -401,3 +401,24 @@ func TestLiveStreamsHoldNoUnauthenticatedSlot(t *testing.T) {
 		t.Fatalf("live without a session: %d, want 401", resp.StatusCode)
 	}
 }
+
+// TestSecureCookieUnderTLS: a server speaking TLS marks the session cookie
+// Secure.
+func TestSecureCookieUnderTLS(t *testing.T) {
+	srv := testenv.StartServerWith(t, func(c *server.Config) { c.TLSSelfSigned = true })
+	b := newBrowser(t, srv)
+	b.c.Transport = srv.HTTPClient().Transport
+	resp, body := b.post("/console/signin", url.Values{"accessKeyId": {adminKey}, "secretAccessKey": {adminSecret}})
+	wantStatus(t, "sign-in over TLS", resp, body, http.StatusSeeOther)
+	var ck *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == console.CookieName {
+			ck = c
+		}
+	}
+	if ck == nil || !ck.Secure || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("session cookie over TLS %+v: want Secure, HttpOnly, SameSite=Strict", ck)
+	}
+	resp, body = b.get("/console/clusters")
+	wantStatus(t, "clusters over TLS", resp, body, 200, "Clusters")
+}
