@@ -128,6 +128,7 @@ func TestRoleFlagMistakes(t *testing.T) {
 		{[]string{"dev", "--data-dri", "x"}, "capstan: flag provided but not defined: --data-dri\nRun 'capstan dev --help' for usage.\n"},
 		{[]string{"etcd", "--listen"}, "capstan: flag needs an argument: --listen\nRun 'capstan etcd --help' for usage.\n"},
 		{[]string{"dev", "urls", "-x"}, "capstan: flag provided but not defined: -x\nRun 'capstan dev urls --help' for usage.\n"},
+		{[]string{"etcd", "member"}, "capstan: unknown verb \"\": list, add or remove\nRun 'capstan etcd member --help' for usage.\n"},
 	} {
 		cmd := client(t, nil, c.args...)
 		var stdout, stderr strings.Builder
@@ -140,5 +141,9 @@ func TestRoleFlagMistakes(t *testing.T) {
 	out, err := client(t, nil, "server", "--help").Output()
 	if err != nil || !strings.Contains(string(out), "-data-dir") {
 		t.Errorf("server --help: %v\n%s", err, out)
+	}
+	out, err = client(t, nil, "etcd", "member", "--help").Output()
+	if err != nil || !strings.Contains(string(out), "capstan etcd member remove [flags] NAME|ID") {
+		t.Errorf("etcd member --help: %v\n%s", err, out)
 	}
 }

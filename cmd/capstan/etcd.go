@@ -220,6 +220,9 @@ func runEtcdMember(ctx context.Context, args []string) error {
 		verb = args[0]
 	}
 	switch verb {
+	case "-h", "-help", "--help", "help":
+		fmt.Print(etcdMemberUsage)
+		return nil
 	case "list":
 		m, fs, err := memberConn(ctx, "capstan etcd member list", args[1:], nil)
 		if err != nil {
@@ -279,6 +282,16 @@ func runEtcdMember(ctx context.Context, args []string) error {
 	}
 	return &usageError{err: fmt.Errorf("unknown verb %q: list, add or remove", verb), cmd: "capstan etcd member"}
 }
+
+const etcdMemberUsage = `Usage:
+  capstan etcd member list [flags]
+  capstan etcd member add [flags] --name NAME --peer-url https://IP:PORT
+  capstan etcd member remove [flags] NAME|ID
+
+Flags come before the member's name. Run 'capstan etcd member VERB --help'
+for a verb's flags (how to reach the cluster: a member's --data-dir, or
+--endpoints with certificate flags).
+`
 
 // runEtcdSnapshot saves a snapshot of a member's database.
 func runEtcdSnapshot(ctx context.Context, args []string) error {

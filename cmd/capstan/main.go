@@ -64,12 +64,16 @@ Usage:
                                 daemon and service (from the source tree);
                                 'capstan dev urls' prints what it runs now
   capstan etcd [flags]          run an etcd member with the embedded one's
-                                settings, for servers with --etcd-endpoints
+                                settings, for servers with --etcd-endpoints;
+                                alone or one of a cluster (--initial-cluster);
+                                'capstan etcd ca|member|snapshot' manage it
   capstan <noun> <verb> [flags] manage resources (cluster, service, task, instance,
                                 daemon, capacity-provider, task-definition,
                                 daemon-task-definition, agent-credential, user,
                                 group, policy)
   capstan events [flags]        the cluster's events (--follow to keep reading)
+  capstan logs TASK [flags]     a task's output (--follow; --service, --daemon)
+  capstan exec TASK -- CMD      run a command in a task's container (-it)
 
 Run 'capstan server -h' or 'capstan <noun> -h' for details.
 `
