@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -23,13 +22,7 @@ import (
 // output: the view the new nouns are held to.
 func (h *harness) awsJSON(args ...string) map[string]any {
 	h.t.Helper()
-	path, err := exec.LookPath("aws")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			h.t.Fatalf("the AWS CLI is required in CI: %v", err)
-		}
-		h.t.Skipf("aws not on PATH: %v", err)
-	}
+	path := testenv.RequireBinary(h.t, "awscli", "aws")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, append(args, "--endpoint-url", h.srv.URL, "--output", "json")...)

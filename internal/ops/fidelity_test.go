@@ -257,14 +257,9 @@ func TestRequestsOfAnotherRegionRefused(t *testing.T) {
 
 // The AWS CLI configured for another region gets AWS's refusal.
 func TestAWSCLIOtherRegionRefused(t *testing.T) {
-	if _, err := exec.LookPath("aws"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("the aws CLI is required when CI is set: %v", err)
-		}
-		t.Skipf("the aws CLI is not installed: %v", err)
-	}
+	aws := testenv.RequireBinary(t, "awscli", "aws")
 	srv := testenv.StartServer(t, "")
-	cmd := exec.Command("aws", "ecs", "list-clusters", "--endpoint-url", srv.URL, "--region", "eu-west-1")
+	cmd := exec.Command(aws, "ecs", "list-clusters", "--endpoint-url", srv.URL, "--region", "eu-west-1")
 	cmd.Env = srv.Env()
 	out, err := cmd.CombinedOutput()
 	if err == nil {

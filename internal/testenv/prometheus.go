@@ -64,17 +64,20 @@ const promInterval = "1s"
 // otherwise.
 func RequirePrometheus(t testing.TB) string {
 	t.Helper()
-	return requireBinary(t, "prometheus", "prometheus")
+	return RequireBinary(t, "prometheus", "prometheus")
 }
 
 // RequireAlertmanager is RequirePrometheus for Alertmanager (Debian
 // installs it as prometheus-alertmanager).
 func RequireAlertmanager(t testing.TB) string {
 	t.Helper()
-	return requireBinary(t, "prometheus-alertmanager", "prometheus-alertmanager", "alertmanager")
+	return RequireBinary(t, "prometheus-alertmanager", "prometheus-alertmanager", "alertmanager")
 }
 
-func requireBinary(t testing.TB, pkg string, names ...string) string {
+// RequireBinary returns the path of the first of names on PATH. Without any
+// the test fails when CI is set (.ci/run installs pkg) and is skipped
+// otherwise.
+func RequireBinary(t testing.TB, pkg string, names ...string) string {
 	t.Helper()
 	for _, n := range names {
 		if p, err := exec.LookPath(n); err == nil {

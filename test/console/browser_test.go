@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,16 +21,7 @@ import (
 // requireChromium finds Debian's chromium; under CI its absence fails.
 func requireChromium(t *testing.T) string {
 	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("chromium is not installed (.ci/run installs Debian's chromium)")
-	}
-	t.Skip("chromium is not installed")
-	return ""
+	return testenv.RequireBinary(t, "chromium", "chromium", "chromium-browser", "google-chrome")
 }
 
 // artifacts is where screenshots go: $CAPSTAN_ARTIFACTS/console, else a

@@ -24,19 +24,14 @@ import (
 	"github.com/capstanhq/capstan/internal/provision"
 	ec2prov "github.com/capstanhq/capstan/internal/provision/ec2"
 	"github.com/capstanhq/capstan/internal/provision/sim"
+	"github.com/capstanhq/capstan/internal/testenv"
 )
 
 // startMoto starts moto_server, an independent implementation of the EC2
 // API, on a free port. Under CI its absence fails the test.
 func startMoto(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath("moto_server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("moto_server is not installed (.ci/run installs it)")
-		}
-		t.Skip("moto_server is not installed")
-	}
+	bin := testenv.RequireBinary(t, "moto[server] (pip)", "moto_server")
 	addr := freeAddr(t)
 	host, port := "127.0.0.1", addr[len("127.0.0.1:"):]
 	cmd := exec.Command(bin, "-H", host, "-p", port)

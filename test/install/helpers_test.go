@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/capstanhq/capstan/internal/testenv"
 )
 
 // testVersion is stamped into the agent the tests build, so they can see it
@@ -94,10 +96,5 @@ func docker(t *testing.T, args ...string) string {
 // missing (the engine itself is checked by testenv.RequireDocker).
 func needDockerCLI(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("docker"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("the docker CLI is required in CI: %v", err)
-		}
-		t.Skipf("docker CLI not on PATH: %v", err)
-	}
+	testenv.RequireBinary(t, "docker-ce-cli or docker.io", "docker")
 }
