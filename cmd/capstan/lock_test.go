@@ -187,27 +187,24 @@ func TestDevDataDirLock(t *testing.T) {
 
 	// Wait for the first's instance: its agent is what a careless second
 	// run would end.
+	// The pid file appears just after the agent starts: wait for a whole pid.
+	var agent int
 	var pidFile string
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		first.running(t)
 		if m, _ := filepath.Glob(filepath.Join(data, "instances", "*", "pid")); len(m) > 0 {
-			pidFile = m[0]
-			break
+			if b, err := os.ReadFile(m[0]); err == nil {
+				if pid, err := strconv.Atoi(string(b)); err == nil && pid > 0 {
+					agent, pidFile = pid, m[0]
+					break
+				}
+			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no instance within 3 minutes:\n%s", first.out.String())
+			t.Fatalf("no instance with a pid within 3 minutes:\n%s", first.out.String())
 		}
 		time.Sleep(200 * time.Millisecond)
-	}
-	time.Sleep(time.Second) // the pid file is written just after the agent starts
-	b, err = os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent, err := strconv.Atoi(string(b))
-	if err != nil {
-		t.Fatalf("pid file %s: %q", pidFile, b)
 	}
 	before, err := os.ReadDir(data)
 	if err != nil {
