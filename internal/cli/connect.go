@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/smithy-go"
+	"github.com/capstanhq/capstan/internal/failover"
 )
 
 const (
@@ -115,9 +116,9 @@ func loadFileConfig(g *globals, getenv func(string) string) (fileConfig, string,
 
 // connection is the resolved endpoint and SDK configuration.
 type connection struct {
-	endpoint string    // the first of several
-	failover *failover // nil for one endpoint
-	caBundle string    // absolute; "" for the system's roots
+	endpoint string               // the first of several
+	failover *failover.Middleware // nil for one endpoint
+	caBundle string               // absolute; "" for the system's roots
 	aws      aws.Config
 }
 
@@ -198,7 +199,7 @@ func connect(ctx context.Context, g *globals, getenv func(string) string) (*conn
 	}
 	conn := &connection{endpoint: endpoint, caBundle: caBundle, aws: cfg}
 	if len(endpoints) > 1 {
-		conn.failover = &failover{eps: endpoints}
+		conn.failover = newFailover(endpoints)
 	}
 	return conn, nil
 }
@@ -258,7 +259,7 @@ func (c *connection) client() *ecs.Client {
 	return ecs.NewFromConfig(c.aws, func(o *ecs.Options) {
 		o.BaseEndpoint = aws.String(c.endpoint)
 		if c.failover != nil {
-			o.APIOptions = append(o.APIOptions, c.failover.add)
+			o.APIOptions = append(o.APIOptions, c.failover.Add)
 		}
 	})
 }
