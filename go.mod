@@ -29,6 +29,8 @@ require (
 	golang.org/x/time v0.15.0
 )
 
+require github.com/anishathalye/porcupine v1.3.1 // indirect
+
 require (
 	dario.cat/mergo v1.0.2 // indirect
 	github.com/AlekSi/pointer v1.2.0 // indirect
