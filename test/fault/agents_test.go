@@ -73,6 +73,7 @@ func (f *fleet) runGatedJobs(n int) []string {
 	out, err := f.c.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String("gated-job"),
 		ContainerDefinitions: []types.ContainerDefinition{
 			{Name: aws.String("gate"), Image: aws.String(f.image), Memory: aws.Int32(jobMemory / 2), Command: []string{"sh", "-c", ready},
+				Environment: hollowEnv("SIM_HEALTH_AFTER", fmt.Sprintf("%ds", gateDelay)),
 				HealthCheck: &types.HealthCheck{Command: []string{"CMD-SHELL", "test -f /tmp/ready"}, Interval: aws.Int32(5), Retries: aws.Int32(1)}},
 			{Name: aws.String("main"), Image: aws.String(f.image), Memory: aws.Int32(jobMemory / 2), Command: []string{"sh", "-c", loopCmd},
 				DependsOn: []types.ContainerDependency{{ContainerName: aws.String("gate"), Condition: types.ContainerConditionHealthy}}},

@@ -42,6 +42,9 @@ func (f *fleet) daemonContainer(s *snapshot, daemon, instance string) (string, s
 // dockerKill kills a container the way an operator or the OOM killer would.
 func (f *fleet) dockerKill(id string) {
 	f.t.Helper()
+	if f.crash(id) {
+		return
+	}
 	if out, err := exec.Command("docker", "kill", id).CombinedOutput(); err != nil {
 		f.t.Fatalf("docker kill %s: %v\n%s", id, err, out)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/capstanhq/capstan/internal/coverage"
 	"github.com/capstanhq/capstan/internal/events"
 	"github.com/capstanhq/capstan/internal/provision/local"
+	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/runtime"
 	"github.com/capstanhq/capstan/internal/runtime/docker"
 	"github.com/capstanhq/capstan/internal/server"
@@ -33,6 +34,9 @@ import (
 )
 
 var instancesFlag = flag.Int("fault.instances", 3, "instances in each scenario's fleet (one service task per instance)")
+
+// hollowFlag runs the fleets on hollow instances (hollow_test.go).
+var hollowFlag = flag.Bool("fault.hollow", false, "hollow instances: the sim provisioner's agents, in the test process on simulated containers, instead of agent processes on Docker (scenarios that need processes skip)")
 
 // Sizes: instances of 1 vCPU and 1024 MiB hold one app task (600 MiB)
 // next to the daemons, so a service of N tasks needs N instances, and
@@ -68,7 +72,8 @@ type fleet struct {
 	creds      aws.Credentials
 	c          *ecs.Client
 	ev         *coverage.Client
-	rt         *docker.Runtime
+	rt         containerLister      // Docker, or the hollow instances' simulated hosts
+	sim        *simprov.Provisioner // the hollow instances, with -fault.hollow
 	image      string
 	bin        string
 	dataDir    string
@@ -87,6 +92,9 @@ type fleet struct {
 // may change its configuration (listen address, advertise URL).
 func newFleet(t *testing.T, edit func(*server.Config)) *fleet {
 	t.Helper()
+	if *hollowFlag {
+		return newHollowFleet(t, edit)
+	}
 	rt := testenv.RequireDocker(t)
 	bin := testenv.CapstanBinary(t)
 	srv := testenv.StartServerWith(t, func(c *server.Config) {
@@ -114,7 +122,9 @@ func (f *fleet) init() {
 		Retryer:     testenv.Retryer()})
 	f.ev = coverage.NewClient(f.url, f.creds, nil)
 	f.h = coverage.NewHistory()
-	f.image = testenv.BusyboxImage(f.t)
+	if f.image == "" {
+		f.image = testenv.BusyboxImage(f.t)
+	}
 	f.services = map[string]int32{}
 	f.daemonTDs = map[string]string{}
 	b := make([]byte, 4)
@@ -136,7 +146,11 @@ func (f *fleet) init() {
 // terminateAll terminates every local instance left in the data dir, with
 // its containers and daemon network, as the e2e tests do.
 func (f *fleet) terminateAll() {
-	p, err := local.New(f.bin, filepath.Join(f.dataDir, "instances"), f.rt, slog.New(slog.DiscardHandler))
+	rt, ok := f.rt.(*docker.Runtime)
+	if !ok {
+		return
+	}
+	p, err := local.New(f.bin, filepath.Join(f.dataDir, "instances"), rt, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return
 	}
@@ -188,7 +202,7 @@ func (f *fleet) daemonTaskDef(family string, cmd string) string {
 	f.t.Helper()
 	td, err := f.c.RegisterDaemonTaskDefinition(context.Background(), &ecs.RegisterDaemonTaskDefinitionInput{Family: aws.String(family),
 		ContainerDefinitions: []types.DaemonContainerDefinition{{Name: aws.String(family), Image: aws.String(f.image),
-			Memory: aws.Int32(daemonMemory), Command: []string{"sh", "-c", cmd}}}})
+			Memory: aws.Int32(daemonMemory), Command: []string{"sh", "-c", cmd}, Environment: f.simBehaviour(cmd)}}})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -406,6 +420,7 @@ func (f *fleet) converge(what string, deadline time.Duration, extra ...func(*sna
 		if why == "" {
 			took := time.Since(start)
 			f.t.Logf("%s: converged in %.1fs (deadline %s)", what, took.Seconds(), deadline)
+			record(f.t.Name(), what, took, deadline)
 			return took
 		}
 		time.Sleep(250 * time.Millisecond)
@@ -566,6 +581,9 @@ type agent struct {
 // agents maps the live local instances to their agent processes, from the
 // provisioner's pid files and the "registered" line of each agent's log.
 func (f *fleet) agents() map[string]agent {
+	if f.sim != nil {
+		return f.hollowAgents()
+	}
 	out := map[string]agent{}
 	root := filepath.Join(f.dataDir, "instances")
 	entries, _ := os.ReadDir(root)
@@ -615,6 +633,10 @@ func (f *fleet) kill9(instance string) {
 	a, ok := f.agents()[instance]
 	if !ok {
 		f.t.Fatalf("no agent process for %s", instance)
+	}
+	if f.sim != nil {
+		f.hollowKill(a)
+		return
 	}
 	if err := syscall.Kill(a.pid, syscall.SIGKILL); err != nil {
 		f.t.Fatalf("kill -9 %d: %v", a.pid, err)

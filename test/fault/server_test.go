@@ -187,6 +187,7 @@ func (p *serverProcess) kill9() {
 // same data dir each time. Local instances survive: the same agents
 // reconnect, nothing is replaced, nothing runs twice.
 func TestKillServer(t *testing.T) {
+	skipHollow(t, "the server's process is killed, and with the sim provisioner the hollow agents live in it")
 	rt := testenv.RequireDocker(t)
 	bin := testenv.CapstanBinary(t)
 	dir := t.TempDir()

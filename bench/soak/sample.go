@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+
+	"github.com/capstanhq/capstan/bench/internal/benchkit"
+)
+
+// Sample is one reading of the process.
+type Sample struct {
+	At         float64 `json:"at"` // seconds into the soak
+	RSSMiB     float64 `json:"rssMiB"`
+	Goroutines int     `json:"goroutines"`
+	OpenFiles  int     `json:"openFiles"`
+	EtcdDBMiB  float64 `json:"etcdDbMiB"`
+	APIp99Ms   float64 `json:"apiP99Ms"`
+	Calls      int     `json:"calls"`
+	Instances  int     `json:"hollowInstances"`
+}
+
+// latencies holds the client's call times since the last sample.
+type latencies struct {
+	mu sync.Mutex
+	ds []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.ds = append(l.ds, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) take() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ds := l.ds
+	l.ds = nil
+	slices.Sort(ds)
+	return ds
+}
+
+// client calls DescribeServices, ListTasks (a page of 100) and
+// DescribeContainerInstances (10) in turn, 100 ms apart, as a user's
+// tooling does, timing each call.
+func (s *soak) client(ctx context.Context) {
+	var some []string
+	for i := 0; ctx.Err() == nil; i++ {
+		t := time.Now()
+		var err error
+		switch i % 3 {
+		case 0:
+			_, err = s.c.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String(clusterName), Services: []string{serviceName}})
+		case 1:
+			var out *ecs.ListContainerInstancesOutput
+			out, err = s.c.ListContainerInstances(ctx, &ecs.ListContainerInstancesInput{Cluster: aws.String(clusterName), MaxResults: aws.Int32(10)})
+			if err == nil {
+				some = out.ContainerInstanceArns
+			}
+			if err == nil && len(some) > 0 {
+				t = time.Now()
+				_, err = s.c.DescribeContainerInstances(ctx, &ecs.DescribeContainerInstancesInput{Cluster: aws.String(clusterName), ContainerInstances: some})
+			}
+		case 2:
+			_, err = s.c.ListTasks(ctx, &ecs.ListTasksInput{Cluster: aws.String(clusterName), MaxResults: aws.Int32(100)})
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.fail("api client", err)
+		} else {
+			s.lat.add(time.Since(t))
+		}
+		benchkit.Sleep(ctx, 100*time.Millisecond)
+	}
+}
+
+// take reads the process and the client's latencies.
+func (s *soak) take(since time.Time) Sample {
+	ds := s.lat.take()
+	sm := Sample{At: time.Since(since).Seconds(), RSSMiB: float64(statusKB("VmRSS")) / 1024, Goroutines: runtime.NumGoroutine(),
+		OpenFiles: openFiles(), APIp99Ms: benchkit.Ms(benchkit.Pct(ds, 0.99)), Calls: len(ds), Instances: len(s.handles())}
+	if st, err := os.Stat(filepath.Join(s.cfg.DataDir, "etcd", "data", "member", "snap", "db")); err == nil {
+		sm.EtcdDBMiB = float64(st.Size()) / (1 << 20)
+	}
+	return sm
+}
+
+// statusKB is a field of /proc/self/status in KiB.
+func statusKB(field string) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			return kb
+		}
+	}
+	return 0
+}
+
+func openFiles() int {
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	return len(es)
+}
+
+// revision is the commit the program was built from, if it can tell.
+func revision(ctx context.Context) string {
+	if r := benchkit.VCSRevision(); r != "" {
+		return r
+	}
+	out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
