@@ -293,10 +293,14 @@ for a verb's flags (how to reach the cluster: a member's --data-dir, or
 --endpoints with certificate flags).
 `
 
-// runEtcdSnapshot saves a snapshot of a member's database.
+// runEtcdSnapshot saves a snapshot of a member's database, or restores
+// one into a data dir.
 func runEtcdSnapshot(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "restore" {
+		return runEtcdRestore(args[1:])
+	}
 	if len(args) == 0 || args[0] != "save" {
-		return &usageError{err: errors.New("capstan etcd snapshot save FILE [flags]"), cmd: "capstan etcd snapshot"}
+		return &usageError{err: errors.New("capstan etcd snapshot save|restore FILE [flags]"), cmd: "capstan etcd snapshot"}
 	}
 	m, fs, err := memberConn(ctx, "capstan etcd snapshot save", args[1:], nil)
 	if err != nil {
@@ -311,5 +315,29 @@ func runEtcdSnapshot(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Printf("wrote %s (%d bytes)\n", fs.Arg(0), n)
+	return nil
+}
+
+// runEtcdRestore writes a member's data dir from a snapshot, offline.
+func runEtcdRestore(args []string) error {
+	fs := flag.NewFlagSet("capstan etcd snapshot restore", flag.ContinueOnError)
+	var cfg store.RestoreConfig
+	fs.StringVar(&cfg.Dir, "data-dir", "", "the member's data dir to write (a server's DATA/etcd, or capstan etcd's --data-dir); its data must not exist yet (required)")
+	fs.StringVar(&cfg.Name, "name", "", "the member's --name, with --initial-cluster (default: a server's embedded member)")
+	fs.StringVar(&cfg.InitialCluster, "initial-cluster", "", "every member's NAME=https://PEER-IP:PORT of the restored cluster, as the members will be started with")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return &usageError{err: errors.New("name the snapshot file to restore"), cmd: fs.Name()}
+	}
+	if cfg.Dir == "" {
+		return &usageError{err: errors.New("--data-dir is required"), cmd: fs.Name()}
+	}
+	cfg.Snapshot = fs.Arg(0)
+	if err := store.RestoreSnapshot(cfg); err != nil {
+		return err
+	}
+	fmt.Printf("restored %s into %s\n", cfg.Snapshot, filepath.Join(cfg.Dir, "data"))
 	return nil
 }
