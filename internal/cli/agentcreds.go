@@ -56,7 +56,7 @@ func agentCredentialCreate(fs *flag.FlagSet) action {
 			return nil
 		}
 		fmt.Fprintf(s.stdout, "AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\nECS_CLUSTER=%s\nCAPSTAN_ENDPOINT=%s\n",
-			out.AccessKeyID, out.SecretAccessKey, out.Cluster, s.conn.endpoint)
+			out.AccessKeyID, out.SecretAccessKey, out.Cluster, s.conn.endpoints)
 		if s.conn.caBundle != "" {
 			fmt.Fprintf(s.stdout, "CAPSTAN_CA_BUNDLE=%s\n", s.conn.caBundle)
 		}

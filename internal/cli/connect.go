@@ -117,6 +117,9 @@ func loadFileConfig(g *globals, getenv func(string) string) (fileConfig, string,
 // connection is the resolved endpoint and SDK configuration.
 type connection struct {
 	endpoint string               // the first of several
+	// endpoints is every endpoint, comma-separated, as an agent's
+	// CAPSTAN_ENDPOINT takes them.
+	endpoints string
 	failover *failover.Middleware // nil for one endpoint
 	caBundle string               // absolute; "" for the system's roots
 	aws      aws.Config
@@ -197,7 +200,11 @@ func connect(ctx context.Context, g *globals, getenv func(string) string) (*conn
 	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
 		return nil, noCredentials(cfgPath, err)
 	}
-	conn := &connection{endpoint: endpoint, caBundle: caBundle, aws: cfg}
+	all := make([]string, len(endpoints))
+	for i, u := range endpoints {
+		all[i] = u.String()
+	}
+	conn := &connection{endpoint: endpoint, endpoints: strings.Join(all, ","), caBundle: caBundle, aws: cfg}
 	if len(endpoints) > 1 {
 		conn.failover = newFailover(endpoints)
 	}

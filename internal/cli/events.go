@@ -22,9 +22,9 @@ func eventsNoun() *noun {
 			details: `
 Events are ECS EventBridge events (source aws.ecs) the server keeps for an
 hour. --type takes a detail type ("ECS Task State Change") or one of task,
-instance, deployment, daemon-action. --daemon keeps the events that name the
-daemon (its deployments and start failures); a daemon given by ARN also
-names its cluster. --follow prints new events as they come until interrupted.
+instance, deployment, daemon-action, launch (failed instance launches).
+--daemon keeps the events that name the daemon (its deployments and start
+failures); a daemon given by ARN also names its cluster. --follow prints new events as they come until interrupted.
 -o json prints one event per line, as EventBridge delivers it.`,
 			bind: eventsRun,
 		},
@@ -36,6 +36,7 @@ var eventTypeAliases = map[string]string{
 	"instance":      events.ContainerInstanceStateChange,
 	"deployment":    events.DaemonDeploymentStateChange,
 	"daemon-action": events.DaemonServiceAction,
+	"launch":        events.CapacityProviderAction,
 }
 
 func eventType(v string) (string, error) {
@@ -47,7 +48,7 @@ func eventType(v string) (string, error) {
 			return t, nil
 		}
 	}
-	return "", usageErrorf("--type %q: want task, instance, deployment, daemon-action or a detail type (%s)", v, strings.Join(events.DetailTypes, ", "))
+	return "", usageErrorf("--type %q: want task, instance, deployment, daemon-action, launch or a detail type (%s)", v, strings.Join(events.DetailTypes, ", "))
 }
 
 type listEventsInput struct {

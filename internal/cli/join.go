@@ -49,7 +49,7 @@ func instanceJoin(fs *flag.FlagSet) action {
 			return nil
 		}
 		for _, c := range out.Credentials {
-			env := []string{"CAPSTAN_ENDPOINT=" + shellWord(s.conn.endpoint), "ECS_CLUSTER=" + shellWord(out.Cluster)}
+			env := []string{"CAPSTAN_ENDPOINT=" + shellWord(s.conn.endpoints), "ECS_CLUSTER=" + shellWord(out.Cluster)}
 			if s.conn.caBundle != "" {
 				// A path on this machine: copy the file to the same path there.
 				env = append(env, "CAPSTAN_CA_BUNDLE="+shellWord(s.conn.caBundle))

@@ -54,6 +54,33 @@ func TestInstanceJoin(t *testing.T) {
 	}
 }
 
+// With several servers (CAPSTAN_ENDPOINT or --endpoint lists them) the
+// line gives the agent the whole list, which it fails over along, and so
+// does agent-credential create.
+func TestJoinLinesNameEveryEndpoint(t *testing.T) {
+	h := newHarness(t)
+	h.ok("cluster", "create", "c")
+	h.ok("capacity-provider", "create", "mi", "--cluster", "c", "--vcpu", "2", "--memory-mib", "4096")
+	env := map[string]string{}
+	for k, v := range h.env {
+		env[k] = v
+	}
+	list := h.srv.URL + ",https://capstan-2.example:8443"
+	env["CAPSTAN_ENDPOINT"] = list
+	r := h.runEnv(env, "instance", "join", "--cluster", "c", "--capacity-provider", "mi")
+	if r.code != 0 || !strings.Contains(r.stdout, " CAPSTAN_ENDPOINT="+list+" ") && !strings.HasPrefix(r.stdout, "CAPSTAN_ENDPOINT="+list+" ") {
+		t.Fatalf("join with two endpoints (exit %d): %q %s", r.code, r.stdout, r.stderr)
+	}
+	r = h.runEnv(env, "agent-credential", "create", "--cluster", "c")
+	if r.code != 0 || !strings.Contains(r.stdout, "\nCAPSTAN_ENDPOINT="+list+"\n") {
+		t.Fatalf("agent-credential create with two endpoints (exit %d): %q %s", r.code, r.stdout, r.stderr)
+	}
+	r = h.run("--endpoint", list, "instance", "join", "--cluster", "c", "--capacity-provider", "mi")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "CAPSTAN_ENDPOINT="+list+" ") {
+		t.Fatalf("join --endpoint with two endpoints (exit %d): %q %s", r.code, r.stdout, r.stderr)
+	}
+}
+
 func TestShellWord(t *testing.T) {
 	for in, want := range map[string]string{"abc/+=": "abc/+=", "": "''", "a b": "'a b'", "it's": `'it'\''s'`} {
 		if got := shellWord(in); got != want {

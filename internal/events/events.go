@@ -20,10 +20,14 @@ const (
 	ContainerInstanceStateChange = "ECS Container Instance State Change"
 	DaemonDeploymentStateChange  = "ECS Daemon Deployment State Change"
 	DaemonServiceAction          = "ECS Daemon Service Action"
+	// CapacityProviderAction is Capstan's own: a capacity provider could
+	// not launch an instance. It is not a daemon's action, so it has its
+	// own type and shape rather than borrowing a daemon's.
+	CapacityProviderAction = "ECS Capacity Provider Action"
 )
 
 // DetailTypes lists every detail type Capstan emits.
-var DetailTypes = []string{TaskStateChange, ContainerInstanceStateChange, DaemonDeploymentStateChange, DaemonServiceAction}
+var DetailTypes = []string{TaskStateChange, ContainerInstanceStateChange, DaemonDeploymentStateChange, DaemonServiceAction, CapacityProviderAction}
 
 // Event is one EventBridge event. Builders fill the detail type, resources
 // and detail; whoever records the event stamps id, time, account and region.
@@ -321,4 +325,51 @@ func DaemonTaskStartImpairedEvent(f StartFailure) Event {
 		resources = []string{f.TaskArn}
 	}
 	return newEvent(DaemonServiceAction, resources, d)
+}
+
+// LaunchFailure is an instance a capacity provider failed to launch.
+type LaunchFailure struct {
+	ClusterArn           string
+	CapacityProviderArn  string
+	CapacityProviderName string
+	// FailureType is the provisioner's code for the failure (EC2's error
+	// code: a capacity code, or LaunchFailed).
+	FailureType string
+	CreatedAt   time.Time
+	Reason      string
+}
+
+// LaunchImpairedDetail is the detail of an ECS Capacity Provider Action.
+type LaunchImpairedDetail struct {
+	EventType            string `json:"eventType"`
+	EventName            string `json:"eventName"`
+	ClusterArn           string `json:"clusterArn"`
+	CapacityProviderArn  string `json:"capacityProviderArn"`
+	CapacityProviderName string `json:"capacityProviderName"`
+	FailureType          string `json:"failureType"`
+	CreatedAt            string `json:"createdAt"`
+	Reason               string `json:"reason"`
+}
+
+// InstanceLaunchImpaired is the event name of a failed instance launch.
+const InstanceLaunchImpaired = "MANAGED_INSTANCE_LAUNCH_IMPAIRED"
+
+// InstanceLaunchImpairedEvent builds the warning for an instance a
+// capacity provider could not launch; its resource is the provider.
+func InstanceLaunchImpairedEvent(f LaunchFailure) Event {
+	d := LaunchImpairedDetail{
+		EventType:            TypeWarning,
+		EventName:            InstanceLaunchImpaired,
+		ClusterArn:           f.ClusterArn,
+		CapacityProviderArn:  f.CapacityProviderArn,
+		CapacityProviderName: f.CapacityProviderName,
+		FailureType:          f.FailureType,
+		CreatedAt:            iso(f.CreatedAt),
+		Reason:               f.Reason,
+	}
+	var resources []string
+	if f.CapacityProviderArn != "" {
+		resources = []string{f.CapacityProviderArn}
+	}
+	return newEvent(CapacityProviderAction, resources, d)
 }

@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -270,5 +271,39 @@ func TestMentions(t *testing.T) {
 		if got := c.e.Mentions(c.ref); got != c.want {
 			t.Errorf("%s: Mentions(%q) = %v", c.name, c.ref, got)
 		}
+	}
+}
+
+// A failed instance launch is its own detail type and shape, about the
+// capacity provider; it borrows nothing of a daemon's.
+func TestInstanceLaunchImpaired(t *testing.T) {
+	cpArn := "arn:aws:ecs:us-east-1:123456789012:capacity-provider/fleet-mi"
+	e := InstanceLaunchImpairedEvent(LaunchFailure{ClusterArn: clusterArn, CapacityProviderArn: cpArn, CapacityProviderName: "fleet-mi",
+		FailureType: "InsufficientInstanceCapacity", CreatedAt: at, Reason: "no capacity in us-east-1a"})
+	if e.DetailType != CapacityProviderAction || e.DetailType == DaemonServiceAction || !reflect.DeepEqual(e.Resources, []string{cpArn}) {
+		t.Fatalf("event %+v", e)
+	}
+	if !slices.Contains(DetailTypes, CapacityProviderAction) {
+		t.Errorf("DetailTypes %v lacks %s", DetailTypes, CapacityProviderAction)
+	}
+	want := map[string]any{"eventType": "WARNING", "eventName": "MANAGED_INSTANCE_LAUNCH_IMPAIRED", "clusterArn": clusterArn,
+		"capacityProviderArn": cpArn, "capacityProviderName": "fleet-mi", "failureType": "InsufficientInstanceCapacity",
+		"createdAt": "2026-03-14T15:09:26.535Z", "reason": "no capacity in us-east-1a"}
+	if d := detail(t, e); !reflect.DeepEqual(d, want) {
+		t.Errorf("detail %v\nwant   %v", d, want)
+	}
+	if got := e.Summary(); got != "MANAGED_INSTANCE_LAUNCH_IMPAIRED InsufficientInstanceCapacity: no capacity in us-east-1a" {
+		t.Errorf("summary %q", got)
+	}
+	if got := e.Subject(); got != cpArn {
+		t.Errorf("subject %q", got)
+	}
+	if !e.Mentions(cpArn) || !e.Mentions("fleet-mi") {
+		t.Error("the event does not mention its capacity provider")
+	}
+	// Without the provider's ARN the event is still about it, by name.
+	e = InstanceLaunchImpairedEvent(LaunchFailure{ClusterArn: clusterArn, CapacityProviderName: "fleet-mi", FailureType: "LaunchFailed", CreatedAt: at})
+	if len(e.Resources) != 0 || e.Summary() != "MANAGED_INSTANCE_LAUNCH_IMPAIRED LaunchFailed" {
+		t.Errorf("event %+v, summary %q", e, e.Summary())
 	}
 }

@@ -59,6 +59,7 @@ type summaryFields struct {
 	Reason               string `json:"reason"`
 	DaemonArn            string `json:"daemonArn"`
 	ContainerInstanceArn string `json:"containerInstanceArn"`
+	CapacityProviderArn  string `json:"capacityProviderArn"`
 }
 
 // Subject is the resource an event is about: its first resource, else the
@@ -71,6 +72,9 @@ func (e Event) Subject() string {
 	json.Unmarshal(e.Detail, &d)
 	if d.DaemonArn != "" {
 		return d.DaemonArn
+	}
+	if d.CapacityProviderArn != "" {
+		return d.CapacityProviderArn
 	}
 	return d.ContainerInstanceArn
 }
@@ -101,7 +105,7 @@ func (e Event) Summary() string {
 		return d.Status + ", agent disconnected"
 	case DaemonDeploymentStateChange:
 		return d.EventName + " " + lastSegment(d.DaemonDeploymentArn)
-	case DaemonServiceAction:
+	case DaemonServiceAction, CapacityProviderAction:
 		s := d.EventName + " " + d.FailureType
 		if d.Reason != "" {
 			s += ": " + d.Reason

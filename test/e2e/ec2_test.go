@@ -499,7 +499,7 @@ func TestEC2Provisioner(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "a launch-impaired event for nomatch", func() bool {
 		cmd := exec.Command(capstanBinary(t), "--endpoint", "http://"+p.addr, "--access-key-id", testKey, "--secret-access-key", testSecret,
-			"-o", "json", "events", "--cluster", f.cluster, "--type", "daemon-action")
+			"-o", "json", "events", "--cluster", f.cluster, "--type", "launch")
 		cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 		out, err := cmd.Output()
 		return err == nil && strings.Contains(string(out), "MANAGED_INSTANCE_LAUNCH_IMPAIRED") && strings.Contains(string(out), `"capacityProviderName":"nomatch"`) &&

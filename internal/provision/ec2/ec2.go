@@ -14,7 +14,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -294,12 +293,9 @@ func (p *Provisioner) event(ctx context.Context, req provision.Request, err erro
 	if errors.As(err, &ae) && capacityCodes[ae.ErrorCode()] {
 		ft = ae.ErrorCode()
 	}
-	d := events.ServiceActionDetail{EventType: events.TypeWarning, EventName: "MANAGED_INSTANCE_LAUNCH_IMPAIRED",
-		ClusterArn: p.cfg.Fleet.ARNs.Cluster(req.Cluster), CapacityProviderName: req.CapacityProvider,
-		FailureType: ft, CreatedAt: time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), Reason: err.Error()}
-	b, _ := json.Marshal(d)
-	p.cfg.Fleet.Events().Record(ctx, req.Cluster, events.Event{Version: "0", DetailType: events.DaemonServiceAction, Source: events.Source,
-		Resources: []string{p.cfg.Fleet.ARNs.CapacityProvider(req.CapacityProvider)}, Detail: b})
+	p.cfg.Fleet.Events().Record(ctx, req.Cluster, events.InstanceLaunchImpairedEvent(events.LaunchFailure{
+		ClusterArn: p.cfg.Fleet.ARNs.Cluster(req.Cluster), CapacityProviderArn: p.cfg.Fleet.ARNs.CapacityProvider(req.CapacityProvider),
+		CapacityProviderName: req.CapacityProvider, FailureType: ft, CreatedAt: time.Now(), Reason: err.Error()}))
 }
 
 // Terminate terminates the instance.
