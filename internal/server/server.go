@@ -468,12 +468,11 @@ func runControllers(ctx context.Context, st *store.Store, svc *fleet.State, prov
 		{Name: "services", Store: st, Prefix: "services/", Reconcile: svcs.Reconcile, Follow: svcs.Follows(), Workers: 4, Resync: time.Minute, Log: log},
 		{Name: "daemons", Store: st, Prefix: daemons.Prefix, Reconcile: dmn.Reconcile, Follow: dmn.Follows(), First: daemons.Changing, Workers: 64, Resync: 30 * time.Second, Log: log},
 	}
-	var inst *instances.Reconciler
-	if prov != nil {
-		inst = &instances.Reconciler{Store: st, Svc: svc, Provisioner: prov, AgentEnv: cfg.AgentEnv, Now: time.Now, Log: log}
-		loops = append(loops, &controller.Loop{Name: "instances", Store: st, Prefix: instances.Prefix, Reconcile: inst.Reconcile,
-			Follow: inst.Follows(), Workers: 2, Resync: 15 * time.Second, Log: log})
-	}
+	// Without a provisioner it still places tasks that wait for room on
+	// machines that joined.
+	inst := &instances.Reconciler{Store: st, Svc: svc, Provisioner: prov, AgentEnv: cfg.AgentEnv, Now: time.Now, Log: log}
+	loops = append(loops, &controller.Loop{Name: "instances", Store: st, Prefix: instances.Prefix, Reconcile: inst.Reconcile,
+		Follow: inst.Follows(), Workers: 2, Resync: 15 * time.Second, Log: log})
 	var wg sync.WaitGroup
 	wg.Go(func() { svc.RunExpiry(ctx, cfg.StoppedRetention, time.Now, log) })
 	for _, l := range loops {
@@ -485,9 +484,7 @@ func runControllers(ctx context.Context, st *store.Store, svc *fleet.State, prov
 		}()
 	}
 	wg.Wait()
-	if inst != nil {
-		inst.Wait() // launches and terminations still in flight
-	}
+	inst.Wait() // launches and terminations still in flight
 }
 
 // Wait returns when the HTTP server stops on its own.

@@ -163,7 +163,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return 0, err
 		}
-		in.InPlace = strings.HasPrefix(rec.Value.StatusReason, rollout.InPlaceReason)
+		// The server drains the instance of a critical daemon that stopped
+		// in the write that records the stop ("auto-repair: ..."): a
+		// joined machine is repaired in place, not deregistered.
+		in.InPlace = strings.HasPrefix(rec.Value.StatusReason, rollout.InPlaceReason) || strings.HasPrefix(rec.Value.StatusReason, repairPrefix)
 		in.Held = strings.HasPrefix(rec.Value.StatusReason, RepairFailed)
 	}
 	for _, t := range tasks {

@@ -111,8 +111,13 @@ const MaxRepairs = 3
 func Plan(in Input) []Action {
 	var acts []Action
 	inPlace := in.Status == "DRAINING" && in.InPlace && !in.Held
+	// A joined machine an operator drains keeps its daemons (restarted if
+	// they fail) and its registration: Capstan cannot replace it, and it
+	// takes tasks again once activated. Its standalone tasks are left to
+	// finish, as a drain leaves them in ECS.
+	parked := in.Status == "DRAINING" && !in.Managed && !in.InPlace && !in.Held
 	// An in-place change drains app tasks but keeps (and changes) daemons.
-	draining := in.Status == "DRAINING" && !inPlace
+	draining := in.Status == "DRAINING" && !inPlace && !parked
 	criticalReady := true
 	for _, d := range in.Daemons {
 		live := d.TaskID != "" && d.TaskLast != "STOPPED"
@@ -227,7 +232,12 @@ func Plan(in Input) []Action {
 // replaced) is drained, its daemon restarted, and activated again.
 func repair(in Input, why string) string {
 	if in.Managed {
-		return "auto-repair: " + why
+		return repairPrefix + why
 	}
-	return rollout.InPlaceReason + " (auto-repair: " + why + ")"
+	return rollout.InPlaceReason + " (" + repairPrefix + why + ")"
 }
+
+// repairPrefix starts the reason of an auto-repair drain of a managed
+// instance, and of the drain the server makes when an agent reports a
+// critical daemon stopped (fleet's repairReason), whatever the instance.
+const repairPrefix = "auto-repair: "

@@ -44,8 +44,11 @@ const (
 
 // Reconciler reconciles one capacity provider per call.
 type Reconciler struct {
-	Store       *store.Store
-	Svc         *fleet.State
+	Store *store.Store
+	Svc   *fleet.State
+	// Provisioner launches and terminates instances; nil when the server
+	// has none: the providers' instances are then machines that joined,
+	// and the reconciler only places waiting tasks on them.
 	Provisioner provision.Provisioner
 	// AgentEnv adds settings to every launched agent (e.g. image pull
 	// behaviour); may be nil.
@@ -185,6 +188,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 	waiting, err := r.Svc.Waiting(rctx, cp.Cluster, name)
 	if err != nil {
 		return 0, err
+	}
+	if r.Provisioner == nil {
+		return r.placeOnly(ctx, cp.Cluster, waiting, &acted)
 	}
 	managed, err := r.Svc.ManagedInstances(rctx, cp.Cluster, name)
 	if err != nil {
@@ -406,4 +412,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 		r.Log.Info("launching instances for waiting tasks", "capacity_provider", name, "instances", len(sizes), "waiting", len(waiting), "coming", len(room)-len(sizes))
 	}
 	return requeue, nil
+}
+
+// placeOnly places the waiting tasks of a provider whose instances Capstan
+// cannot launch (there is no provisioner): a task that found no room
+// waits until an instance of the provider has it, one that joins or is
+// ACTIVE again (an in-place daemon change, an operator's activation);
+// those instance changes wake the pass.
+func (r *Reconciler) placeOnly(ctx context.Context, cluster string, waiting []*store.Task, acted *bool) (time.Duration, error) {
+	if len(waiting) == 0 {
+		return 0, nil
+	}
+	fits, retry, err := r.Svc.PlaceWaitingTasks(ctx, cluster, waiting)
+	if err != nil {
+		return 0, err
+	}
+	*acted = len(fits) > 0
+	if retry {
+		return 100 * time.Millisecond, nil
+	}
+	return 0, nil
 }
