@@ -79,6 +79,7 @@ func New(ctx context.Context, cfg Config) *Console {
 	}
 	c := &Console{ctx: ctx, cfg: cfg, sessions: newSessions(cfg.IdleTimeout, cfg.Now), signins: newSigninLimiter(cfg.Now), pages: loadTemplates()}
 	c.live = newHub(ctx, cfg.Store)
+	c.pages.extend()
 	static, _ := fs.Sub(assets, "static")
 	m := http.NewServeMux()
 	m.Handle("GET /console/static/", http.StripPrefix("/console/static/", http.FileServerFS(static)))
@@ -87,7 +88,7 @@ func New(ctx context.Context, cfg Config) *Console {
 	m.HandleFunc("POST /console/signin", c.signin)
 	m.HandleFunc("POST /console/signout", c.authed(c.signout))
 	m.HandleFunc("GET /console/clusters", c.authed(c.clustersPage))
-	m.HandleFunc("GET /console/cluster", c.authed(c.clusterPage))
+	c.routesExtra(m) // the cluster page, its capacity and event tabs, tasks, daemon task definitions
 	m.HandleFunc("GET /console/daemon", c.authed(c.daemonPage))
 	m.HandleFunc("GET /console/daemon/live", c.authed(c.daemonLive))
 	m.HandleFunc("POST /console/daemon/preview", c.authed(c.daemonPreview))

@@ -133,7 +133,7 @@ func (c *Console) clustersPage(w http.ResponseWriter, r *http.Request, s *sessio
 	c.render(w, r, http.StatusOK, "clusters", s, map[string]any{"Clusters": all})
 }
 
-var tabs = []string{"services", "tasks", "instances", "daemons", "events"}
+var tabs = []string{"services", "tasks", "instances", "daemons", "capacity", "events"}
 
 type task struct {
 	TaskArn              string `json:"taskArn"`

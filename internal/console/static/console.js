@@ -22,3 +22,63 @@
   });
   es.addEventListener("end", function () { es.close(); });
 })();
+// Task logs, events and the task definition editor: lines and rows come
+// as JSON and are added as text, never as markup.
+(function () {
+  var logs = document.getElementById("logs");
+  if (logs && logs.dataset.src && window.EventSource) {
+    var ls = new EventSource(logs.dataset.src);
+    ls.addEventListener("line", function (e) {
+      var l = JSON.parse(e.data), span = document.createElement("span");
+      span.className = l.stream;
+      span.title = l.time;
+      span.textContent = l.message + "\n";
+      var atEnd = logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 4;
+      logs.appendChild(span);
+      if (atEnd) logs.scrollTop = logs.scrollHeight;
+    });
+    var stop = function (e) {
+      ls.close();
+      var note = document.getElementById("logs-note");
+      if (note && e.data) note.textContent = e.data;
+    };
+    ls.addEventListener("end", stop);
+    ls.addEventListener("failure", stop);
+  }
+  var table = document.getElementById("events");
+  if (table && table.dataset.src && window.EventSource) {
+    var es = new EventSource(table.dataset.src), body = table.tBodies[0];
+    es.addEventListener("event", function (e) {
+      var ev = JSON.parse(e.data), tr = document.createElement("tr");
+      if (body.querySelector("tr.empty")) body.innerHTML = "";
+      tr.className = "new";
+      tr.dataset.id = ev.id;
+      [ev.time, ev.type, ev.summary].forEach(function (t) {
+        var td = document.createElement("td");
+        td.textContent = t;
+        tr.appendChild(td);
+      });
+      var res = document.createElement("td");
+      ev.resources.forEach(function (r) {
+        var el = document.createElement(r.href ? "a" : "span");
+        if (r.href) el.href = r.href;
+        el.textContent = r.name;
+        res.appendChild(el);
+        res.appendChild(document.createTextNode(" "));
+      });
+      tr.appendChild(res);
+      body.insertBefore(tr, body.firstChild);
+    });
+    es.addEventListener("end", function () { es.close(); });
+    es.addEventListener("failure", function () { es.close(); });
+  }
+  var ta = document.getElementById("tdjson");
+  if (ta && ta.dataset.errorLine) {
+    // Select the line the error names.
+    var lines = ta.value.split("\n"), n = Number(ta.dataset.errorLine) - 1, start = 0;
+    for (var i = 0; i < n && i < lines.length; i++) start += lines[i].length + 1;
+    ta.focus();
+    ta.setSelectionRange(start, start + (lines[n] || "").length);
+    ta.scrollTop = Math.max(0, n - 3) * 18;
+  }
+})();
