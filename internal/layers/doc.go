@@ -27,7 +27,7 @@ var Layers = [][][]string{
 	// entirely.
 	{{"internal/ops"}, {"internal/iamapi"}, {"internal/controller/..."}, {"internal/gateway"}, {"internal/console"}, {"internal/agent/..."}, {"internal/cli"}},
 	// What starts agents for the server.
-	{{"internal/provision/local"}, {"internal/provision/sim"}, {"internal/provision/ec2"}},
+	{{"internal/provision/local"}, {"internal/provision/sim"}, {"internal/provision/ec2"}, {"internal/provision/agentenv"}},
 	// Assembly: the control plane, the dev cluster, the test harness.
 	{{"internal/server"}},
 	{{"internal/dev"}, {"internal/testenv/..."}},

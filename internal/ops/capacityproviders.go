@@ -88,6 +88,9 @@ func (s *Service) CreateCapacityProvider(ctx context.Context, req *shapes.Create
 	if err := taskdef.CheckTags("tags", req.Tags); err != nil {
 		return nil, err
 	}
+	if err := s.checkAgentSettingTags("tags", req.Tags); err != nil {
+		return nil, err
+	}
 	if req.AutoScalingGroupProvider != nil {
 		return nil, fault.NotSupported("autoScalingGroupProvider: Capstan provisions managed instances itself; use managedInstancesProvider")
 	}

@@ -15,6 +15,9 @@ import (
 // every operation reads and writes through.
 type Service struct {
 	*fleet.State
+	// CheckAgentSettings runs ECS_* settings through the agent's parser
+	// (agentenv.Check; the server gives it, as ops may not import the agent).
+	CheckAgentSettings func(map[string]string) error
 }
 
 // New returns the operations over a fleet state.

@@ -151,6 +151,11 @@ func (s *Service) TagResource(ctx context.Context, req *shapes.TagResourceReques
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := obj.(*taggedObject[store.CapacityProvider]); ok {
+		if err := s.checkAgentSettingTags("tags", req.Tags); err != nil {
+			return nil, err
+		}
+	}
 	err = fleet.Retry(ctx, func() error {
 		cur, err := obj.tags(ctx)
 		if err != nil {

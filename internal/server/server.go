@@ -39,6 +39,7 @@ import (
 	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/provision"
+	"github.com/capstanhq/capstan/internal/provision/agentenv"
 	"github.com/capstanhq/capstan/internal/provision/local"
 	"github.com/capstanhq/capstan/internal/runtime/docker"
 	"github.com/capstanhq/capstan/internal/store"
@@ -305,6 +306,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	lookup := auth.Chain(auth.NewStaticLookup(admin), svc.Credentials(), identities)
 	verifier := &auth.Verifier{Lookup: lookup, Region: cfg.Region}
 	ops := ops.New(svc)
+	ops.CheckAgentSettings = agentenv.Check
 	h := api.NewHandler(verifier, ops.Authorizer(authorizer), cfg.Log)
 	h.Scope = newScopes(st, maxScopes).scope
 	ops.Register(h)

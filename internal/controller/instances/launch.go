@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -324,9 +325,24 @@ func (r *Reconciler) request(ctx context.Context, m fleet.ManagedInstance) (prov
 		// still be privileged.
 		"ECS_DISABLE_PRIVILEGED": "true",
 	}
-	settings := make(map[string]string, len(r.AgentEnv))
-	for k, v := range r.AgentEnv {
-		env[k], settings[k] = v, v
+	// Settings: the server's (--agent-env), then the capacity provider's
+	// (its capstan:agent-env: tags, which win); Capstan's own required
+	// settings above stay as they are.
+	settings := maps.Clone(r.AgentEnv)
+	if settings == nil {
+		settings = map[string]string{}
+	}
+	cp, err := store.Get[store.CapacityProvider](ctx, r.Store, store.CapacityProviderKey(m.CapacityProvider))
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return provision.Request{}, err
+	}
+	maps.Copy(settings, provision.ProviderSettings(cp.Value.Tags))
+	for k, v := range settings {
+		if slices.Contains(provision.RequiredSettings, k) {
+			delete(settings, k)
+			continue
+		}
+		env[k] = v
 	}
 	return provision.Request{ID: m.ID, Cluster: m.Cluster, CapacityProvider: m.CapacityProvider, CPU: m.CPU, MemoryMiB: m.MemoryMiB, Env: env, Settings: settings}, nil
 }

@@ -142,7 +142,8 @@ func (p *Provisioner) Close() error {
 // limit reached: the launch fails with an event, and the controller backs
 // off.
 var capacityCodes = map[string]bool{"InsufficientInstanceCapacity": true, "InstanceLimitExceeded": true,
-	"VcpuLimitExceeded": true, "InsufficientFreeAddressesInSubnet": true, "Unsupported": true}
+	"VcpuLimitExceeded": true, "InsufficientFreeAddressesInSubnet": true, "Unsupported": true,
+	"SpotMaxPriceTooLow": true, "MaxSpotInstanceCountExceeded": true, "ReservationCapacityExceeded": true}
 
 // maxTypes is how many instance types one launch tries when EC2 has no
 // capacity for the first.
@@ -273,7 +274,46 @@ func (p *Provisioner) runInput(req provision.Request, lt shapes.InstanceLaunchTe
 	if aws.ToBool(lt.NitroEnclavesEnabled) {
 		in.EnclaveOptions = &types.EnclaveOptionsRequest{Enabled: aws.Bool(true)}
 	}
+	if lt.CapacityOptionType == "SPOT" {
+		// A one-time request that ends with the instance: a reclaimed
+		// instance is terminated and replaced like any lost one. No max
+		// price: EC2's default caps it at the on-demand price.
+		in.InstanceMarketOptions = &types.InstanceMarketOptionsRequest{MarketType: types.MarketTypeSpot,
+			SpotOptions: &types.SpotMarketOptions{SpotInstanceType: types.SpotInstanceTypeOneTime,
+				InstanceInterruptionBehavior: types.InstanceInterruptionBehaviorTerminate}}
+	}
+	in.CapacityReservationSpecification = reservationSpec(lt)
 	return in
+}
+
+// reservationSpec maps capacityReservations onto RunInstances: a
+// reservation group is targeted (EC2 launches on-demand when the group
+// has no room, unless the preference is RESERVATIONS_ONLY and no group is
+// named); without one the preference is EC2's capacity-reservations-only,
+// open or none. capacityOptionType RESERVED alone means
+// RESERVATIONS_ONLY.
+func reservationSpec(lt shapes.InstanceLaunchTemplate) *types.CapacityReservationSpecification {
+	pref, group := "", ""
+	if cr := lt.CapacityReservations; cr != nil {
+		pref, group = cr.ReservationPreference, cr.ReservationGroupArn
+	}
+	if pref == "" && lt.CapacityOptionType == "RESERVED" {
+		pref = "RESERVATIONS_ONLY"
+	}
+	if lt.CapacityOptionType == "SPOT" || (pref == "" && group == "") {
+		return nil // spot instances cannot use capacity reservations
+	}
+	if pref == "RESERVATIONS_EXCLUDED" {
+		return &types.CapacityReservationSpecification{CapacityReservationPreference: types.CapacityReservationPreferenceNone}
+	}
+	if group != "" {
+		return &types.CapacityReservationSpecification{CapacityReservationTarget: &types.CapacityReservationTarget{
+			CapacityReservationResourceGroupArn: aws.String(group)}}
+	}
+	if pref == "RESERVATIONS_ONLY" {
+		return &types.CapacityReservationSpecification{CapacityReservationPreference: types.CapacityReservationPreferenceCapacityReservationsOnly}
+	}
+	return &types.CapacityReservationSpecification{CapacityReservationPreference: types.CapacityReservationPreferenceOpen}
 }
 
 // code is an AWS error's code, or "".

@@ -111,6 +111,18 @@ func matches(t types.InstanceTypeInfo, n needs) bool {
 			return false
 		}
 	}
+	if !acceleratorsMatch(t, r) || !storageMatches(t, r) || !networkMatches(t, r) {
+		return false
+	}
+	if m := r.MemoryGiBPerVCpu; m != nil && vcpu > 0 {
+		per := float64(mem) / 1024 / float64(vcpu)
+		if (m.Min != nil && per < *m.Min) || (m.Max != nil && per > *m.Max) {
+			return false
+		}
+	}
+	if aws.ToBool(r.RequireHibernateSupport) && !aws.ToBool(t.HibernationSupported) {
+		return false
+	}
 	if len(r.InstanceGenerations) > 0 {
 		gen := "previous"
 		if aws.ToBool(t.CurrentGeneration) {
@@ -157,4 +169,166 @@ func choose(all []types.InstanceTypeInfo, n needs) []string {
 		out[i] = string(t.InstanceType)
 	}
 	return out
+}
+
+// accelerator is one kind of accelerator an instance type has.
+type accelerator struct {
+	kind, manufacturer, name string // kind: gpu, fpga or inference
+	count                    int
+	memoryMiB                int64
+}
+
+func accelerators(t types.InstanceTypeInfo) []accelerator {
+	var out []accelerator
+	if g := t.GpuInfo; g != nil {
+		for _, d := range g.Gpus {
+			a := accelerator{kind: "gpu", manufacturer: aws.ToString(d.Manufacturer), name: aws.ToString(d.Name), count: int(aws.ToInt32(d.Count))}
+			if d.MemoryInfo != nil {
+				a.memoryMiB = int64(aws.ToInt32(d.MemoryInfo.SizeInMiB)) * int64(a.count)
+			}
+			out = append(out, a)
+		}
+	}
+	if f := t.FpgaInfo; f != nil {
+		for _, d := range f.Fpgas {
+			a := accelerator{kind: "fpga", manufacturer: aws.ToString(d.Manufacturer), name: aws.ToString(d.Name), count: int(aws.ToInt32(d.Count))}
+			if d.MemoryInfo != nil {
+				a.memoryMiB = int64(aws.ToInt32(d.MemoryInfo.SizeInMiB)) * int64(a.count)
+			}
+			out = append(out, a)
+		}
+	}
+	if i := t.InferenceAcceleratorInfo; i != nil {
+		for _, d := range i.Accelerators {
+			a := accelerator{kind: "inference", manufacturer: aws.ToString(d.Manufacturer), name: aws.ToString(d.Name), count: int(aws.ToInt32(d.Count))}
+			if d.MemoryInfo != nil {
+				a.memoryMiB = int64(aws.ToInt32(d.MemoryInfo.SizeInMiB)) * int64(a.count)
+			}
+			out = append(out, a)
+		}
+	} else if n := t.NeuronInfo; n != nil {
+		// Newer Inferentia and Trainium types report Neuron devices only.
+		for _, d := range n.NeuronDevices {
+			a := accelerator{kind: "inference", manufacturer: "AWS", name: aws.ToString(d.Name), count: int(aws.ToInt32(d.Count))}
+			if d.MemoryInfo != nil {
+				a.memoryMiB = int64(aws.ToInt32(d.MemoryInfo.SizeInMiB)) * int64(a.count)
+			}
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// squash is a name compared loosely: "Radeon Pro V520" is radeon-pro-v520.
+func squash(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// acceleratorsMatch applies acceleratorTypes, acceleratorManufacturers
+// and acceleratorNames to the type's accelerators, then acceleratorCount
+// and acceleratorTotalMemoryMiB to those that pass. With no accelerator
+// attribute any type passes, as in EC2; acceleratorCount max 0 excludes
+// types with accelerators.
+func acceleratorsMatch(t types.InstanceTypeInfo, r *shapes.InstanceRequirementsRequest) bool {
+	filtered := len(r.AcceleratorTypes) > 0 || len(r.AcceleratorManufacturers) > 0 || len(r.AcceleratorNames) > 0
+	if !filtered && r.AcceleratorCount == nil && r.AcceleratorTotalMemoryMiB == nil {
+		return true
+	}
+	count, mem := 0, int64(0)
+	for _, a := range accelerators(t) {
+		if len(r.AcceleratorTypes) > 0 && !slices.Contains(r.AcceleratorTypes, a.kind) {
+			continue
+		}
+		if len(r.AcceleratorManufacturers) > 0 && !slices.ContainsFunc(r.AcceleratorManufacturers, func(m string) bool {
+			return squash(manufacturers[m]) == squash(a.manufacturer) || squash(m) == squash(a.manufacturer)
+		}) {
+			continue
+		}
+		if len(r.AcceleratorNames) > 0 && !slices.ContainsFunc(r.AcceleratorNames, func(n string) bool {
+			// FPGAs are named like "Virtex UltraScale (VU9P)".
+			return squash(n) == squash(a.name) || strings.Contains(strings.ToLower(a.name), "("+n+")")
+		}) {
+			continue
+		}
+		count += a.count
+		mem += a.memoryMiB
+	}
+	if filtered && count == 0 {
+		return false
+	}
+	if c := r.AcceleratorCount; c != nil && ((c.Min != nil && count < int(*c.Min)) || (c.Max != nil && count > int(*c.Max))) {
+		return false
+	}
+	if m := r.AcceleratorTotalMemoryMiB; m != nil && ((m.Min != nil && mem < int64(*m.Min)) || (m.Max != nil && mem > int64(*m.Max))) {
+		return false
+	}
+	return true
+}
+
+// storageMatches applies localStorage (default included),
+// localStorageTypes, totalLocalStorageGB and baselineEbsBandwidthMbps.
+func storageMatches(t types.InstanceTypeInfo, r *shapes.InstanceRequirementsRequest) bool {
+	local := aws.ToBool(t.InstanceStorageSupported) && t.InstanceStorageInfo != nil
+	switch r.LocalStorage {
+	case "required":
+		if !local {
+			return false
+		}
+	case "excluded":
+		if local {
+			return false
+		}
+	}
+	if local && len(r.LocalStorageTypes) > 0 && !slices.ContainsFunc(t.InstanceStorageInfo.Disks, func(d types.DiskInfo) bool {
+		return slices.Contains(r.LocalStorageTypes, string(d.Type))
+	}) {
+		return false
+	}
+	if g := r.TotalLocalStorageGB; g != nil {
+		size := 0.0
+		if local {
+			size = float64(aws.ToInt64(t.InstanceStorageInfo.TotalSizeInGB))
+		}
+		if (g.Min != nil && size < *g.Min) || (g.Max != nil && size > *g.Max) {
+			return false
+		}
+	}
+	if b := r.BaselineEbsBandwidthMbps; b != nil {
+		mbps := 0
+		if t.EbsInfo != nil && t.EbsInfo.EbsOptimizedInfo != nil {
+			mbps = int(aws.ToInt32(t.EbsInfo.EbsOptimizedInfo.BaselineBandwidthInMbps))
+		}
+		if (b.Min != nil && mbps < int(*b.Min)) || (b.Max != nil && mbps > int(*b.Max)) {
+			return false
+		}
+	}
+	return true
+}
+
+// networkMatches applies networkBandwidthGbps (the network cards'
+// baseline bandwidth, as EC2 compares) and networkInterfaceCount.
+func networkMatches(t types.InstanceTypeInfo, r *shapes.InstanceRequirementsRequest) bool {
+	if r.NetworkBandwidthGbps == nil && r.NetworkInterfaceCount == nil {
+		return true
+	}
+	gbps, nics := 0.0, 0
+	if n := t.NetworkInfo; n != nil {
+		for _, c := range n.NetworkCards {
+			gbps += aws.ToFloat64(c.BaselineBandwidthInGbps)
+		}
+		nics = int(aws.ToInt32(n.MaximumNetworkInterfaces))
+	}
+	if b := r.NetworkBandwidthGbps; b != nil && ((b.Min != nil && gbps < *b.Min) || (b.Max != nil && gbps > *b.Max)) {
+		return false
+	}
+	if c := r.NetworkInterfaceCount; c != nil && ((c.Min != nil && nics < int(*c.Min)) || (c.Max != nil && nics > int(*c.Max))) {
+		return false
+	}
+	return true
 }

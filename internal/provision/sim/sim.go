@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -64,7 +65,8 @@ type instance struct {
 	id     string
 	dir    string
 	rt     *simrt.Runtime
-	db     *state.DB // nil: a file in dir
+	db     *state.DB         // nil: a file in dir
+	env    map[string]string // what the agent was configured from
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the agent has returned
 
@@ -131,7 +133,7 @@ func (p *Provisioner) Launch(_ context.Context, req provision.Request) (string, 
 		rc.MemoryBytes = int64(req.MemoryMiB) << 20
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{id: req.ID, dir: dir, rt: simrt.New(rc), cancel: cancel, done: make(chan struct{})}
+	in := &instance{id: req.ID, dir: dir, env: env, rt: simrt.New(rc), cancel: cancel, done: make(chan struct{})}
 	if p.cfg.MemoryState {
 		in.db = state.OpenMemory()
 	}
@@ -241,6 +243,16 @@ func (p *Provisioner) Runtime(handle string) (*simrt.Runtime, bool) {
 		return nil, false
 	}
 	return in.rt, true
+}
+
+// Env is the environment the instance's agent was configured from, as a
+// machine's agent reads its env file.
+func (p *Provisioner) Env(handle string) (map[string]string, bool) {
+	in := p.get(handle)
+	if in == nil {
+		return nil, false
+	}
+	return maps.Clone(in.env), true
 }
 
 // InstanceArn is the container instance the instance's agent registered
