@@ -209,11 +209,15 @@ func TestEventsTab(t *testing.T) {
 	a := newBrowser(t, srv)
 	a.signIn(adminKey, adminSecret)
 	const deployType = "ECS Daemon Deployment State Change"
-	resp, body := a.get("/console/cluster?name=apps&tab=events&type=" + url.QueryEscape(deployType) + "&daemon=agentd")
+	filtered := "/console/cluster?name=apps&tab=events&type=" + url.QueryEscape(deployType) + "&daemon=agentd"
+	// The daemon's first deployment is recorded as it goes.
+	var resp *http.Response
+	var body string
+	waitFor(t, 30*time.Second, "a deployment event of agentd", func() bool {
+		resp, body = a.get(filtered)
+		return strings.Contains(body, "<td>"+deployType+"</td>")
+	})
 	wantStatus(t, "events filtered", resp, body, 200, `id="event-filter"`, `<option selected>`+deployType, `value="agentd"`)
-	if strings.Count(body, "<td>"+deployType+"</td>") == 0 {
-		t.Fatalf("no deployment event for agentd:\n%s", body)
-	}
 	m := liveSrcRe.FindStringSubmatch(body)
 	if m == nil {
 		t.Fatalf("no live source:\n%s", body)
