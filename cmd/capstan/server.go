@@ -113,6 +113,12 @@ func runServer(ctx context.Context, args []string) error {
 	cfg.Log = log
 	cfg.AdminKeyID = os.Getenv("CAPSTAN_ACCESS_KEY_ID")
 	cfg.AdminSecret = os.Getenv("CAPSTAN_SECRET_ACCESS_KEY")
+	if cfg.ClockOffset, err = server.ClockOffsetFromEnv(); err != nil {
+		return err
+	}
+	if cfg.ClockOffset != 0 {
+		log.Warn("TEST ONLY: this server's clock is shifted; never run it so in production", "env", server.ClockOffsetEnv, "offset", cfg.ClockOffset.String())
+	}
 
 	procs := 0 // Go's own at one per core
 	if perCore > 1 {

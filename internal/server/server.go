@@ -97,6 +97,11 @@ type Config struct {
 	// ProgressDeadline stops a daemon rollout without progress for this
 	// long; 0 means DefaultProgressDeadline, negative never.
 	ProgressDeadline time.Duration
+	// ClockOffset shifts this server's clock (record timestamps, bake
+	// times, expiry, launch timeouts) by a fixed amount; test-only
+	// (ClockOffsetEnv). Leadership does not read it: it rests on etcd
+	// leases.
+	ClockOffset time.Duration
 	// EventLimit is the most events a cluster keeps (0: the default).
 	EventLimit int
 	// StoppedRetention is how long a stopped task or an INACTIVE container
@@ -294,7 +299,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	endpoint := advertised(&cfg, addr)
-	svc := fleet.New(fleet.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log, Endpoint: endpoint,
+	svc := fleet.New(fleet.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log, Endpoint: endpoint, Now: cfg.now(),
 		AlarmSource: cfg.AlarmSource != "", ProgressDeadline: max(cfg.ProgressDeadline, 0), EventLimit: cfg.EventLimit})
 	identities := iam.NewStore(st, cfg.AccountID)
 	if err := sealSecrets(ctx, &cfg, svc, identities); err != nil {
@@ -457,14 +462,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 
 func runControllers(ctx context.Context, st *store.Store, svc *fleet.State, prov provision.Provisioner, cfg Config, counts reconciles) {
 	log := cfg.Log
+	now := cfg.now()
 	var alarmSource alarms.Source
 	if src, err := alarms.New(cfg.AlarmSource, nil); err == nil && src != nil {
 		alarmSource = src
 	}
 	dep := &deployments.Reconciler{Store: st, Fleet: svc.Rollout(), Alarms: alarmSource, ProgressDeadline: max(cfg.ProgressDeadline, 0),
-		Now: time.Now, Log: log, DaemonRemoved: svc.FinishDaemonTaskDefinitionDeletes, Emit: svc.Events().Record}
-	svcs := &services.Reconciler{Store: st, Tasks: svc, Now: time.Now, Log: log}
-	dmn := &daemons.Reconciler{Store: st, Svc: svc, Now: time.Now, Log: log, Impaired: svc.DaemonStartImpaired}
+		Now: now, Log: log, DaemonRemoved: svc.FinishDaemonTaskDefinitionDeletes, Emit: svc.Events().Record}
+	svcs := &services.Reconciler{Store: st, Tasks: svc, Now: now, Log: log}
+	dmn := &daemons.Reconciler{Store: st, Svc: svc, Now: now, Log: log, Impaired: svc.DaemonStartImpaired}
 	loops := []*controller.Loop{
 		{Name: "deployments", Store: st, Prefix: "daemondeployments/", Reconcile: dep.Reconcile, Workers: 4, Resync: time.Minute, Log: log},
 		{Name: "services", Store: st, Prefix: "services/", Reconcile: svcs.Reconcile, Follow: svcs.Follows(), Workers: 4, Resync: time.Minute, Log: log},
@@ -472,11 +478,11 @@ func runControllers(ctx context.Context, st *store.Store, svc *fleet.State, prov
 	}
 	// Without a provisioner it still places tasks that wait for room on
 	// machines that joined.
-	inst := &instances.Reconciler{Store: st, Svc: svc, Provisioner: prov, AgentEnv: cfg.AgentEnv, Now: time.Now, Log: log}
+	inst := &instances.Reconciler{Store: st, Svc: svc, Provisioner: prov, AgentEnv: cfg.AgentEnv, Now: now, Log: log}
 	loops = append(loops, &controller.Loop{Name: "instances", Store: st, Prefix: instances.Prefix, Reconcile: inst.Reconcile,
 		Follow: inst.Follows(), Workers: 2, Resync: 15 * time.Second, Log: log})
 	var wg sync.WaitGroup
-	wg.Go(func() { svc.RunExpiry(ctx, cfg.StoppedRetention, time.Now, log) })
+	wg.Go(func() { svc.RunExpiry(ctx, cfg.StoppedRetention, now, log) })
 	for _, l := range loops {
 		l.Counts = counts[l.Name]
 		wg.Add(1)

@@ -256,6 +256,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (next time.Durat
 			delete(inflight, m.Value.ID)
 			continue
 		}
+		if adopted, err := r.adopt(ctx, m); err != nil {
+			return 0, err
+		} else if adopted {
+			starting(m.Value, ci, registered)
+			later(100 * time.Millisecond)
+			continue
+		}
 		alive, err := r.Provisioner.Alive(ctx, m.Value.Handle)
 		if err != nil {
 			return 0, err

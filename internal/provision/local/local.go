@@ -66,6 +66,12 @@ func (p *Provisioner) Launch(ctx context.Context, req provision.Request) (string
 		return "", fmt.Errorf("local provisioner: bad instance id %q", req.ID)
 	}
 	dir := p.instanceDir(req.ID)
+	if pid, err := p.pid(req.ID); err == nil && running(pid) {
+		// Launched already (the ID is stable across retries, as an EC2
+		// client token is): a second agent would share its data dir.
+		p.Log.Warn("local instance already runs; not launching it again", "id", req.ID, "pid", pid)
+		return req.ID, nil
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
 		return "", err
 	}
@@ -157,6 +163,16 @@ const agentRetired = "is being retired; stopping"
 func (p *Provisioner) Known(handle string) bool {
 	_, err := os.Stat(p.instanceDir(handle))
 	return err == nil
+}
+
+// Find returns the handle of the instance launched for request ID id,
+// if its directory is there (the handle is the ID): a server that stopped
+// between Launch and recording the handle adopts it on its next pass.
+func (p *Provisioner) Find(id string) (string, bool) {
+	if id == "" || strings.ContainsAny(id, "/.") {
+		return "", false
+	}
+	return id, p.Known(id)
 }
 
 // Alive reports whether the instance's agent process runs.
