@@ -116,13 +116,13 @@ func loadFileConfig(g *globals, getenv func(string) string) (fileConfig, string,
 
 // connection is the resolved endpoint and SDK configuration.
 type connection struct {
-	endpoint string               // the first of several
+	endpoint string // the first of several
 	// endpoints is every endpoint, comma-separated, as an agent's
 	// CAPSTAN_ENDPOINT takes them.
 	endpoints string
-	failover *failover.Middleware // nil for one endpoint
-	caBundle string               // absolute; "" for the system's roots
-	aws      aws.Config
+	failover  *failover.Middleware // nil for one endpoint
+	caBundle  string               // absolute; "" for the system's roots
+	aws       aws.Config
 }
 
 // connect resolves where to send requests and how to sign them:
