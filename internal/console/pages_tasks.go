@@ -31,19 +31,29 @@ type logPage struct {
 	TaskStatus string `json:"taskStatus"`
 }
 
+// taskParams reads cluster, task and container of a task request.
+func taskParams(r *http.Request) (cl, id, ctr string, err error) {
+	q := r.URL.Query()
+	cl, id, ctr = q.Get("cluster"), q.Get("task"), q.Get("container")
+	switch {
+	case cl == "" || len(cl) > 2048:
+		err = invalid("cluster", "a cluster name is required (at most 2048 characters)")
+	case id == "" || len(id) > 2048:
+		err = invalid("task", "a task ID or ARN is required (at most 2048 characters)")
+	case len(ctr) > 255:
+		err = invalid("container", "a container name is at most 255 characters")
+	case len(r.URL.Query().Get("after")) > 64:
+		err = invalid("after", "a log position is at most 64 characters")
+	}
+	return cl, id, ctr, err
+}
+
 // taskRef reads and checks cluster, task and container of a task request:
 // the task must be in the cluster, the container one of the task's.
 func (c *Console) taskRef(r *http.Request, s *session) (*shapes.Task, string, error) {
-	q := r.URL.Query()
-	cl, id, ctr := q.Get("cluster"), q.Get("task"), q.Get("container")
-	if cl == "" || len(cl) > 2048 {
-		return nil, "", invalid("cluster", "a cluster name is required (at most 2048 characters)")
-	}
-	if id == "" || len(id) > 2048 {
-		return nil, "", invalid("task", "a task ID or ARN is required (at most 2048 characters)")
-	}
-	if len(ctr) > 255 {
-		return nil, "", invalid("container", "a container name is at most 255 characters")
+	cl, id, ctr, err := taskParams(r)
+	if err != nil {
+		return nil, "", err
 	}
 	var out shapes.DescribeTasksResponse
 	if err := c.call(r, s, "DescribeTasks", map[string]any{"cluster": cl, "tasks": []string{id}}, &out); err != nil {
@@ -102,15 +112,19 @@ func (c *Console) taskPage(w http.ResponseWriter, r *http.Request, s *session) {
 
 // taskLogs streams a container's log lines as server-sent "line" events,
 // following the task until it stops. Each page is CapstanV1.GetTaskLogs
-// called as the user: the API's action, resource and checks. Bad input or
+// called as the user: the API's action, resource and checks (the task in
+// the cluster, the container in the task), and nothing more. Bad input or
 // a refusal answers before the stream starts, with its status.
 func (c *Console) taskLogs(w http.ResponseWriter, r *http.Request, s *session) {
-	t, ctr, err := c.taskRef(r, s)
+	cl, id, ctr, err := taskParams(r)
 	if err != nil {
 		http.Error(w, err.Error(), statusOf(err))
 		return
 	}
-	in := map[string]any{"cluster": t.ClusterArn, "task": t.TaskArn, "container": ctr}
+	in := map[string]any{"cluster": cl, "task": id}
+	if ctr != "" {
+		in["container"] = ctr
+	}
 	if after := r.URL.Query().Get("after"); after != "" {
 		in["nextToken"] = after
 	} else {
