@@ -375,6 +375,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	counts := newReconciles()
 	reg.MustRegister(counts)
 	reg.MustRegister(lim)
+	lead := &leading{}
+	reg.MustRegister(lead)
 
 	mux := http.NewServeMux()
 	iamV, stsV := iamapi.NewVerifiers(lookup)
@@ -451,7 +453,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	go func() {
 		defer close(s.controllersDone)
 		err := st.Lead(cctx, "controllers", serverID, func(ctx context.Context) {
-			runControllers(ctx, st, svc, prov, cfg, s.reconciles)
+			lead.run(ctx, cfg.Log, func(ctx context.Context) { runControllers(ctx, st, svc, prov, cfg, s.reconciles) })
 		})
 		if err != nil {
 			cfg.Log.Error("leader election", "err", err)
