@@ -68,6 +68,12 @@ REV is a revision ARN, its short ID, FAMILY:REVISION of its task definition
 'capstan daemon history'. The command says which revision it goes back to
 before it starts. Revisions are immutable, so the history keeps the one
 rolled back from, and rolling back twice returns to it.` + daemonRefDetails + "\n" + followHelp, bind: daemonRollback},
+			{name: "stop-deployment", args: "NAME|ARN [--deployment ARN] [--wait]", summary: "Stop a deployment and roll it back.", details: `
+Stops the daemon's latest deployment (--deployment names it; it must be the
+latest) while it is PENDING or IN_PROGRESS, baking included, through
+CapstanV1.StopDaemonDeployment: it turns STOP_REQUESTED and rolls back to the
+revision before, as when the circuit breaker trips (a first deployment takes
+the daemon off its instances again). Other states are refused.` + daemonRefDetails + "\n" + followHelp, bind: daemonStopDeployment},
 			{name: "history", args: "NAME|ARN [--cluster C]", summary: "List the daemon's revisions, newest first, with their deployments and outcomes.", details: `
 Revisions are numbered from 1, the oldest; * marks the latest deployment's
 target. The numbers, short IDs and FAMILY:REVISION names are what

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/api/shapes"
+	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -165,6 +167,15 @@ func (s *Service) authTargetOf(ctx context.Context, op string, req any) (authTar
 		// the process's latest writes (the caller's own scope is set only
 		// after authorization); a write reads at the latest, as it will.
 		ctx = s.Store.InScope(ctx, new(store.Scope), true)
+	}
+	if raw, ok := req.(json.RawMessage); ok {
+		// The request as JSON: for callers that cannot import the
+		// operation's type (the console asking before it offers a button).
+		r := sp.newReq()
+		if err := json.Unmarshal(raw, r); err != nil {
+			return authTarget{}, fault.Invalid("request", "is not a %s request: %v", op, err)
+		}
+		req = r
 	}
 	b := &authBuild{s: s, op: op, ctx: ctx, t: authTarget{Action: sp.action}}
 	if err := sp.build(b, req); err != nil {
@@ -773,6 +784,24 @@ var authTable = map[string]authSpec{
 			b.set(condCapacityProvider, target.CapacityProviderArns...)
 			if target.DaemonTaskDefinitionArn != "" {
 				b.set(condDaemonTaskDefinition, target.DaemonTaskDefinitionArn)
+			}
+			return nil
+		}),
+	// No ECS action stops a daemon deployment; Capstan's name for it is
+	// ecs:StopDaemonDeployment, so that a policy on ecs:*Daemon* covers it.
+	"StopDaemonDeployment": authOp("ecs:StopDaemonDeployment", "the daemon and the deployment (its latest when none is named)",
+		keys(docResourceTag, condCluster, condDaemon), keys(condCapacityProvider),
+		func(b *authBuild, r *StopDaemonDeploymentRequest) error {
+			d, found, err := b.daemonWithProviders(r.DaemonArn)
+			if err != nil {
+				return err
+			}
+			dep := r.DaemonDeploymentArn
+			if dep == "" && found {
+				dep = d.DeploymentArn
+			}
+			if dep != "" {
+				return b.daemonChildren("daemonDeploymentArn", "daemon-deployment", []string{dep})
 			}
 			return nil
 		}),

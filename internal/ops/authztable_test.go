@@ -27,7 +27,7 @@ const arnBase = "arn:aws:ecs:us-east-1:123456789012:"
 // extensionOps are the CapstanV1 operations. ListAuditEvents is served by
 // the audit trail, not registered by Service.Register.
 var extensionOps = []string{"CreateAgentCredential", "DescribeDaemonRollout", "PreviewDaemonUpdate",
-	"DescribeDaemonConfiguration", "RollbackDaemon", "UpdateDaemonIfUnchanged", "ListEvents", "ListAuditEvents", "GetTaskLogs"}
+	"DescribeDaemonConfiguration", "RollbackDaemon", "UpdateDaemonIfUnchanged", "StopDaemonDeployment", "ListEvents", "ListAuditEvents", "GetTaskLogs"}
 
 // authVerifier lets every request in as the administrator.
 type authVerifier struct{}
@@ -295,6 +295,7 @@ var authSamples = map[string]string{
 	"DescribeDaemonConfiguration":   `{"daemonArn":"` + arnBase + `daemon/prod/agent"}`,
 	"RollbackDaemon":                `{"daemonArn":"` + arnBase + `daemon/prod/agent"}`,
 	"UpdateDaemonIfUnchanged":       `{"daemonArn":"` + arnBase + `daemon/prod/agent","daemonTaskDefinitionArn":"agent","capacityProviderArns":["prod-mi"],"ifRevisionArn":"` + arnBase + `daemon-revision/prod/agent/1"}`,
+	"StopDaemonDeployment":          `{"daemonArn":"` + arnBase + `daemon/prod/agent"}`,
 	"ListEvents":                    `{"cluster":"prod"}`,
 	"ListAuditEvents":               `{}`,
 	"GetTaskLogs":                   `{"cluster":"prod","task":"` + taskA + `"}`,

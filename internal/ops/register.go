@@ -20,5 +20,6 @@ func (s *Service) Register(h *api.Handler) {
 	s.registerTasks(h)
 	s.registerServices(h)
 	s.registerExtensions(h)
+	s.registerDaemonStop(h)
 	s.registerEvents(h)
 }

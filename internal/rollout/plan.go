@@ -599,3 +599,15 @@ func BatchSize(n int, drainPercent float64) int {
 	b := int(math.Ceil(float64(n) * drainPercent / 100))
 	return min(max(b, 1), n)
 }
+
+// RequestStop is an operator stopping a deployment: the same rollback to
+// the newest source revision that a tripped breaker starts.
+func RequestStop(dep *store.DaemonDeployment, now time.Time, reason string) {
+	if cb := dep.CircuitBreaker; cb != nil && cb.Status == "MONITORING" {
+		cb.Status = "MONITORING_COMPLETE"
+	}
+	if a := dep.Alarms; a != nil && a.Status == "MONITORING" {
+		a.Status = "MONITORING_COMPLETE"
+	}
+	requestStop(dep, World{Now: now}, reason)
+}
