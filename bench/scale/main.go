@@ -94,6 +94,8 @@ type options struct {
 	// provisioned has the server provision every instance (see
 	// measureProvisioned).
 	provisioned bool
+	// consolePages live daemon pages are open during the second rollout.
+	consolePages int
 }
 
 func main() {
@@ -178,6 +180,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	drains := fs.String("rollouts", "25,100,10", "the rollouts' drainPercents, in order (API latency is sampled during the first)")
 	fs.BoolVar(&o.provisioned, "provisioned", false, "the server provisions the instances (sim provisioner, hollow instances in the child process) for a service of 2N tasks, and rollouts replace instances")
+	fs.IntVar(&o.consolePages, "console-pages", 0, "open this many live daemon pages of the web console (signed-in SSE clients) during the second rollout, the first running with none: page delay and server CPU side by side (use -rollouts 25,25)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

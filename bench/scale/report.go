@@ -143,6 +143,12 @@ type Rollout struct {
 	TasksStored     int     `json:"tasks_stored"`
 	InstancesStored int     `json:"instances_stored"`
 	HeapLiveMiB     float64 `json:"heap_live_mib"`
+	// ConsolePages live daemon pages were open (-console-pages); the
+	// delay is from a change they show to their re-rendered part.
+	ConsolePages   int     `json:"console_pages,omitempty"`
+	PageEvents     int     `json:"page_events,omitempty"`
+	PageDelayP50Ms float64 `json:"page_delay_p50_ms,omitempty"`
+	PageDelayP99Ms float64 `json:"page_delay_p99_ms,omitempty"`
 }
 
 // Machine describes where the numbers were taken.

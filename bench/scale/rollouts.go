@@ -78,6 +78,14 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 				return err
 			}
 		}
+		var pg *pages
+		if o.consolePages > 0 && i == 1 {
+			if pg, err = h.openPages(ctx, o.consolePages, daemonArn); err != nil {
+				stopProfile()
+				stopSampling()
+				return err
+			}
+		}
 		written, reconciled := h.srv.Store.Writes(), h.srv.Reconciles()
 		t := time.Now()
 		_, err = h.c.UpdateDaemon(ctx, &ecs.UpdateDaemonInput{DaemonArn: aws.String(daemonArn), DaemonTaskDefinitionArn: aws.String(td),
@@ -140,6 +148,9 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 		r.Reason = aws.ToString(dep.StatusReason)
 		r.StealSeconds += stealSeconds()
 		r.ServerCPUSeconds += cpuSeconds(os.Getpid())
+		if pg != nil {
+			pg.report(&r, o.consolePages)
+		}
 		r.Reconciles = map[string]controller.Stat{}
 		for name, st := range h.srv.Reconciles() {
 			was := reconciled[name]

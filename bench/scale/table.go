@@ -84,6 +84,9 @@ func printTable(w io.Writer, r *Report) {
 	for _, ro := range r.Rollouts {
 		fmt.Fprintf(tw, "UpdateDaemon drainPercent %v → SUCCESSFUL\t%s\t%s, %d/%d on target, %.1f s stolen, server CPU %.1f s\n", ro.DrainPercent, secs(ro.Seconds), ro.Status,
 			ro.OnTarget, ro.OnTarget+ro.Remaining, ro.StealSeconds, ro.ServerCPUSeconds)
+		if ro.ConsolePages > 0 {
+			fmt.Fprintf(tw, "  with %d live console pages: change → page\tp50 %.0f ms, p99 %.0f ms\t%d events\n", ro.ConsolePages, ro.PageDelayP50Ms, ro.PageDelayP99Ms, ro.PageEvents)
+		}
 		printWrites(tw, ro.Writes, r.Instances)
 		printReconciles(tw, ro.Reconciles)
 		fmt.Fprintf(tw, "  then: tasks / container instances kept, server heap live\t%d / %d\t%.0f MiB\n", ro.TasksStored, ro.InstancesStored, ro.HeapLiveMiB)

@@ -94,6 +94,7 @@ func New(ctx context.Context, cfg Config) *Console {
 	m.HandleFunc("POST /console/daemon/preview", c.authed(c.daemonPreview))
 	m.HandleFunc("POST /console/daemon/update", c.authed(c.daemonUpdate))
 	m.HandleFunc("POST /console/daemon/rollback", c.authed(c.daemonRollback))
+	m.HandleFunc("POST /console/daemon/stop", c.authed(c.daemonStop))
 	c.mux = m
 	return c
 }

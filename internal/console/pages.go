@@ -463,6 +463,10 @@ type daemonView struct {
 	Legend      []string
 	Target      string // family:revision the rollout goes to
 	Now         int64
+	// The stop button: the session's CSRF token (the live part is
+	// re-rendered alone) and why it is greyed, "" when it is offered.
+	CSRF       string
+	StopDenied string
 }
 
 // daemonView gathers the daemon page: the daemon, its revisions and
@@ -517,6 +521,7 @@ func (c *Console) daemonView(r *http.Request, s *session, arn string) (*daemonVi
 			v.Target = v.RevLabel[ro.TargetDaemonRevisionArn]
 		}
 	}
+	v.CSRF, v.StopDenied = s.csrf, c.stopDenied(r, s, v)
 	return v, c.cells(r, s, v)
 }
 
