@@ -83,4 +83,15 @@ func TestAnalyse(t *testing.T) {
 	if !grows(mk(func(i int) float64 { return 300 + 5*float64(i) })) {
 		t.Error("RSS climbing 5 MiB a minute judged bounded")
 	}
+	// A window without calls has no p99: left out, not read as 0.
+	s := mk(func(int) float64 { return 300 })
+	for i := range s {
+		s[i].APIp99Ms, s[i].Calls = 100, 50
+		if i < 30 && i%2 == 0 {
+			s[i].APIp99Ms, s[i].Calls = 0, 0
+		}
+	}
+	if p99 := analyse(s, 0.2)[4]; p99.Grows || p99.MedianFirst != 100 {
+		t.Errorf("p99 with empty windows: %+v", p99)
+	}
 }

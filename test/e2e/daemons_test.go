@@ -69,9 +69,9 @@ func (f *fleet) daemonTasks(daemon, status string) []types.Task {
 	return out.Tasks
 }
 
-// TestDaemonRunsFirstAndLeavesLast: a critical daemon holds the instance
-// REGISTERING until it runs, starts before any application task, and on
-// drain stops only after the application tasks.
+// TestDaemonRunsFirstAndLeavesLast: a joined machine gets its critical
+// daemon before any task; drained by an operator it keeps the daemon and
+// its registration, and takes tasks again once activated.
 func TestDaemonRunsFirstAndLeavesLast(t *testing.T) {
 	ctx := context.Background()
 	f := newFleet(t)
@@ -98,13 +98,29 @@ func TestDaemonRunsFirstAndLeavesLast(t *testing.T) {
 		ContainerInstances: []string{a.InstanceArn}, Status: types.ContainerInstanceStatusDraining}); err != nil {
 		t.Fatal(err)
 	}
-	// The standalone task cannot move: draining stops it, and only then the daemon.
-	appStopped := f.waitStatus(aws.ToString(app.TaskArn), "STOPPED", 60*time.Second)
-	daemonStopped := f.waitStatus(aws.ToString(dts[0].TaskArn), "STOPPED", 60*time.Second)
-	if !appStopped.StoppedAt.Before(*daemonStopped.StoppedAt) {
-		t.Fatalf("daemon stopped %v before the app %v", daemonStopped.StoppedAt, appStopped.StoppedAt)
+	// A joined machine an operator drains stays registered, DRAINING, with
+	// its daemon (as ECS drains: standalone tasks are left to finish). A
+	// provisioned one is drained, its daemons last, and deregistered
+	// (TestManagedInstanceLifecycle).
+	if _, err := f.c.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String(f.cluster), Task: app.TaskArn}); err != nil {
+		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "drained instance deregistered", func() bool { return aws.ToString(f.instance(a.InstanceArn).Status) == "INACTIVE" })
+	f.waitStatus(aws.ToString(app.TaskArn), "STOPPED", 60*time.Second)
+	// Once empty it was deregistered at once before; it must stay.
+	for range 20 {
+		if s := aws.ToString(f.instance(a.InstanceArn).Status); s != "DRAINING" {
+			t.Fatalf("drained joined machine is %s, want DRAINING and registered", s)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if n := len(f.daemonTasks("metrics", "RUNNING")); n != 1 {
+		t.Fatalf("%d daemon tasks RUNNING on the drained joined machine, want 1", n)
+	}
+	if _, err := f.c.UpdateContainerInstancesState(ctx, &ecs.UpdateContainerInstancesStateInput{Cluster: aws.String(f.cluster),
+		ContainerInstances: []string{a.InstanceArn}, Status: types.ContainerInstanceStatusActive}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitStatus(f.run(td), "RUNNING", 60*time.Second)
 }
 
 func TestFailingDaemons(t *testing.T) {

@@ -59,6 +59,7 @@ func startJoinLine(t *testing.T, line string) {
 // elsewhere first) before its daemon is replaced, then activated again.
 // The event history shows no app task beside no critical daemon, the
 // service never below its desired count, and at most one machine drained.
+// Then a machine's daemon is killed and auto-repair mends it in place.
 func TestJoinedMachinesRolloutInPlace(t *testing.T) {
 	joinedRollout(t, 33, 1)
 }
@@ -181,5 +182,76 @@ func joinedRollout(t *testing.T, drainPercent float64, window int) {
 	}
 	if most != window {
 		t.Errorf("at most %d machines drained at once, want the window, %d: %+v", most, window, spans)
+	}
+	if window == 1 && !t.Failed() {
+		joinedAutoRepair(t, r, before)
+	}
+}
+
+// joinedAutoRepair kills the critical daemon's container on a machine
+// that runs a service task: auto-repair drains the machine in place (the
+// task moves off), restarts the daemon and activates the machine again,
+// which stays registered; the record shows the repair and no app task
+// beside no critical daemon while the machine served.
+func joinedAutoRepair(t *testing.T, r *rollout, machines []string) {
+	apps := r.runningApps()
+	if len(apps) == 0 {
+		t.Fatal("no service task to repair under")
+	}
+	victim := aws.ToString(apps[0].ContainerInstanceArn)
+	old := ""
+	for _, dt := range r.daemonTasks("agentd", "RUNNING") {
+		if aws.ToString(dt.ContainerInstanceArn) == victim {
+			old = aws.ToString(dt.TaskArn)
+		}
+	}
+	out, err := exec.Command("docker", "ps", "-q", "--filter", "label=com.capstan.task-arn="+old).Output()
+	id := strings.TrimSpace(string(out))
+	if err != nil || id == "" || strings.Contains(id, "\n") {
+		t.Fatalf("daemon container of %s: %q %v", old, id, err)
+	}
+	begin := time.Now()
+	if out, err := exec.Command("docker", "kill", id).CombinedOutput(); err != nil {
+		t.Fatalf("docker kill: %v %s", err, out)
+	}
+	eventually(t, 3*time.Minute, "the machine repaired in place: ACTIVE with a new daemon task", func() bool {
+		if aws.ToString(r.instance(victim).Status) != "ACTIVE" {
+			return false
+		}
+		for _, dt := range r.daemonTasks("agentd", "RUNNING") {
+			if aws.ToString(dt.ContainerInstanceArn) == victim && aws.ToString(dt.TaskArn) != old {
+				return true
+			}
+		}
+		return false
+	})
+	eventually(t, time.Minute, "service back to its desired count", func() bool { return len(r.runningApps()) == r.desired })
+	if after := r.instanceArns(); !slices.Equal(after, machines) {
+		t.Errorf("instances before %v, after the repair %v: a joined machine must not be replaced", machines, after)
+	}
+	to := time.Now()
+	h := r.history()
+	repaired := false
+	for _, in := range h.Instances() {
+		if in.Arn != victim {
+			continue
+		}
+		drained := false
+		for _, st := range in.States {
+			switch {
+			case st.At.Before(begin):
+			case st.Status == "DRAINING" && strings.Contains(st.Reason, "auto-repair"):
+				drained = true
+			case st.Status == "ACTIVE" && drained:
+				repaired = true
+			}
+		}
+	}
+	if !repaired {
+		t.Errorf("no auto-repair drain and activation of %s in the record", victim)
+	}
+	d := []coverage.Daemon{{Name: "agentd", Arn: r.daemonArn, Critical: true, CPs: []string{r.cp}, Created: r.begin.Add(-time.Hour)}}
+	if gaps := h.Gaps(d, begin, to, coverage.Options{InferRepair: true}); len(gaps) > 0 {
+		t.Errorf("coverage gaps during the repair: %+v", gaps)
 	}
 }

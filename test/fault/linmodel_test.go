@@ -164,20 +164,29 @@ func linStep(state, input, output any) (bool, any) {
 		}
 		return true, n
 	case opSetState:
-		if out.Err != "" {
-			return false, s
+		if out.Unknown && retired(s.status) {
+			return true, s
 		}
-		if !out.Unknown && out.Status != in.Arg {
+		if out.Err != "" || retired(s.status) || (!out.Unknown && out.Status != in.Arg) {
 			return false, s
 		}
 		n := s
 		n.status = in.Arg
 		return true, n
 	case opDescribeInst:
+		// The server may retire the instance (a drained managed instance
+		// is terminated); it never comes back.
+		if retired(out.Status) && (!retired(s.status) || s.status == "DEREGISTERING") {
+			n := s
+			n.status = out.Status
+			return true, n
+		}
 		return out.Status == s.status, s
 	}
 	return false, s
 }
+
+func retired(status string) bool { return status == "DEREGISTERING" || status == "INACTIVE" }
 
 // linModel builds the model; initial gives a key's state before the
 // history (the instances are ACTIVE when it starts).
@@ -364,6 +373,11 @@ func TestLinearizabilityModel(t *testing.T) {
 			{ci(opDescribeInst, ""), linOut{Status: "DRAINING"}, 4, 5, false},
 			{ci(opSetState, "ACTIVE"), linOut{Unknown: true}, 6, 0, true},
 			{ci(opDescribeInst, ""), linOut{Status: "ACTIVE"}, 7, 8, false},
+		}},
+		{"retired by the server, not back", false, []o{
+			{ci(opDescribeInst, ""), linOut{Status: "INACTIVE"}, 0, 1, false},
+			{ci(opSetState, "ACTIVE"), linOut{Unknown: true}, 2, 0, true},
+			{ci(opDescribeInst, ""), linOut{Status: "ACTIVE"}, 3, 4, false},
 		}},
 		{"drain not seen", false, []o{
 			{ci(opSetState, "DRAINING"), linOut{Status: "DRAINING"}, 2, 3, false},
