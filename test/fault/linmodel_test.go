@@ -174,8 +174,8 @@ func linStep(state, input, output any) (bool, any) {
 		n.status = in.Arg
 		return true, n
 	case opDescribeInst:
-		// The server may retire the instance (a drained managed instance
-		// is terminated); it never comes back.
+		// The server may retire the instance (auto-repair); it never
+		// comes back.
 		if retired(out.Status) && (!retired(s.status) || s.status == "DEREGISTERING") {
 			n := s
 			n.status = out.Status
