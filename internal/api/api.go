@@ -306,6 +306,9 @@ func toWire(err error, log *slog.Logger) wireError {
 	if msg, ok := store.NoSpaceMessage(err); ok {
 		return wireError{500, "ServerException", msg}
 	}
+	if msg, ok := store.UnavailableMessage(err); ok {
+		return wireError{500, "ServerException", msg}
+	}
 	fe := fault.As(err)
 	if fe == nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

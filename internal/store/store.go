@@ -527,8 +527,13 @@ func (t *Txn) Commit(ctx context.Context) (int64, error) {
 	if err := t.s.space.admit(int64(t.size()), t.puts()); err != nil {
 		return 0, err
 	}
-	resp, err := t.s.client.Txn(ctx).If(t.cmps...).Then(t.ops...).Commit()
+	cctx, cancel := context.WithTimeout(ctx, commitTimeout)
+	resp, err := t.s.client.Txn(cctx).If(t.cmps...).Then(t.ops...).Commit()
+	cancel()
 	if err != nil {
+		if unavailable(ctx, err) {
+			err = unavailableErr(err)
+		}
 		return 0, fmt.Errorf("etcd txn: %w", classify(err))
 	}
 	if !resp.Succeeded {
