@@ -43,7 +43,7 @@ require (
 	github.com/olekukonko/ll v0.1.6 // indirect
 	github.com/olekukonko/tablewriter v1.1.4 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
-	go.etcd.io/etcd/etcdutl/v3 v3.7.3 // indirect
+	go.etcd.io/etcd/etcdutl/v3 v3.7.3
 )
 
 require (
