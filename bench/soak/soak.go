@@ -60,6 +60,7 @@ type soak struct {
 	actions sync.Map // name → *atomic.Int64
 	errs    atomic.Int64
 	errMu   sync.Mutex
+	logMu   sync.Mutex
 	lastErr []string
 }
 
@@ -183,6 +184,8 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 }
 
 func (s *soak) logf(format string, args ...any) {
+	s.logMu.Lock() // the writer may be a buffer (the test's)
+	defer s.logMu.Unlock()
 	fmt.Fprintf(s.w, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 }
 
