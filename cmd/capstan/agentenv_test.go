@@ -20,8 +20,9 @@ func TestAgentEnvChecked(t *testing.T) {
 	for _, tc := range []struct{ kv, want string }{
 		{"ECS_IMAGE_PULL_BEHAVIOR", "KEY=VALUE"},
 		{"PATH=/x", "only ECS_*"},
-		{"ECS_CLUSTER=other", "set by the server"},
-		{"ECS_DATADIR=/tmp", "set by the server"},
+		{"ECS_CLUSTER=other", "cannot be changed"},
+		{"ECS_DATADIR=/tmp", "cannot be changed"},
+		{"ECS_DISABLE_PRIVILEGED=false", "cannot be changed"},
 	} {
 		err := addAgentEnv(map[string]string{}, tc.kv)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -34,7 +35,7 @@ func TestAgentEnvChecked(t *testing.T) {
 	}{
 		{map[string]string{"ECS_IMAGE_PULL_BEHAVIOR": "sometimes"}, "ECS_IMAGE_PULL_BEHAVIOR"},
 		{map[string]string{"ECS_CONTAINER_STOP_TIMEOUT": "soon"}, "ECS_CONTAINER_STOP_TIMEOUT"},
-		{map[string]string{"ECS_NO_SUCH_SETTING": "1"}, "does not know ECS_NO_SUCH_SETTING"},
+		{map[string]string{"ECS_NO_SUCH_SETTING": "1"}, "ECS_NO_SUCH_SETTING: the agent does not know"},
 	} {
 		err := checkAgentEnv(tc.env)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -12,6 +12,7 @@ import (
 	"github.com/capstanhq/capstan/internal/audit"
 	"github.com/capstanhq/capstan/internal/cpus"
 	"github.com/capstanhq/capstan/internal/fleet"
+	"github.com/capstanhq/capstan/internal/provision/agentenv"
 	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/server"
 	"github.com/capstanhq/capstan/internal/store"
@@ -36,7 +37,7 @@ func jsonLogger(level string) (*slog.Logger, slog.Level, error) {
 
 func runServer(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("capstan server", flag.ContinueOnError)
-	cfg := server.Config{NewSimProvisioner: simprov.Factory}
+	cfg := server.Config{NewSimProvisioner: simprov.Factory, CheckAgentSettings: agentenv.Check}
 	var endpoints, level string
 	var perCore int
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HOST:PORT of the ECS API")

@@ -22,6 +22,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 
+	"github.com/capstanhq/capstan/internal/provision/agentenv"
 	"github.com/capstanhq/capstan/internal/runtime/docker"
 	"github.com/capstanhq/capstan/internal/server"
 )
@@ -225,6 +226,8 @@ func (d *env) start(ctx context.Context) error {
 		AgentBinary: d.agent,
 		AgentEnv:    agentEnv,
 		Log:         d.logger,
+		// Capacity providers' agent settings judged as capstan server does.
+		CheckAgentSettings: agentenv.Check,
 	})
 	if err != nil {
 		return fmt.Errorf("start the server: %w", err)

@@ -39,7 +39,6 @@ import (
 	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/provision"
-	"github.com/capstanhq/capstan/internal/provision/agentenv"
 	"github.com/capstanhq/capstan/internal/provision/local"
 	"github.com/capstanhq/capstan/internal/runtime/docker"
 	"github.com/capstanhq/capstan/internal/store"
@@ -91,6 +90,10 @@ type Config struct {
 	AgentBinary string
 	// AgentEnv adds settings to every provisioned agent.
 	AgentEnv map[string]string
+	// CheckAgentSettings judges capacity providers' agent settings with the
+	// agent's parser (agentenv.Check); given by the command, as the server
+	// may not import the agent. Nil checks only the names.
+	CheckAgentSettings func(map[string]string) error
 	// AlarmSource is the Prometheus or Alertmanager URL daemon deployments
 	// read their alarms from ("": none; alarms are then refused).
 	AlarmSource string
@@ -311,7 +314,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	lookup := auth.Chain(auth.NewStaticLookup(admin), svc.Credentials(), identities)
 	verifier := &auth.Verifier{Lookup: lookup, Region: cfg.Region}
 	ops := ops.New(svc)
-	ops.CheckAgentSettings = agentenv.Check
+	ops.CheckAgentSettings = cfg.CheckAgentSettings
 	h := api.NewHandler(verifier, ops.Authorizer(authorizer), cfg.Log)
 	h.Scope = newScopes(st, maxScopes).scope
 	ops.Register(h)

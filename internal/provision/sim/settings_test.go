@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/capstanhq/capstan/internal/provision/agentenv"
 	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/server"
 	"github.com/capstanhq/capstan/internal/testenv"
@@ -29,6 +30,7 @@ func TestCapacityProviderAgentSettings(t *testing.T) {
 		c.Provisioner = "sim"
 		c.SimProvisionDelay = 50 * time.Millisecond
 		c.NewSimProvisioner = simprov.Factory
+		c.CheckAgentSettings = agentenv.Check // as capstan server gives it
 		c.AgentEnv = map[string]string{"ECS_IMAGE_PULL_BEHAVIOR": "always", "ECS_CONTAINER_STOP_TIMEOUT": "40s"}
 	})
 	prov := srv.Provisioner.(*simprov.Provisioner)
