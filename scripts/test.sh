@@ -16,7 +16,7 @@ go vet ./...
 echo "== go test -race"
 # As JSON through a filter that prints what go test would, then which tests
 # skipped and why (pipefail keeps go test's status).
-go test -race -count=1 -timeout 30m -json ./... | python3 scripts/gotest_summary.py
+go test -race -count=1 -timeout 50m -json ./... | python3 scripts/gotest_summary.py
 
 echo "== fuzz (brief)"
 # Budgets are counts of inputs (about 15 s each here), not durations: with a
