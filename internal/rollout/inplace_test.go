@@ -67,3 +67,42 @@ func TestInPlaceEntryHoldsItsSlotUntilActive(t *testing.T) {
 		t.Fatalf("activated: replacing %+v replaced %d start %+v", d.Dep.Rollout.Replacing, d.Dep.Rollout.Replaced, d.Start)
 	}
 }
+
+// A breaker trip while joined instances change in place: their entries stay
+// in the window, and each is moved back to the rollback target where it
+// stands (drained, or still registering), not left on the failing revision.
+func TestInPlaceRollbackRetargetsTheBatch(t *testing.T) {
+	inst := fleet(2, revN, false)
+	for i := range inst {
+		inst[i].Managed = false
+	}
+	inst[0].Status, inst[1].Status = "DRAINING", "REGISTERING"
+	dep := deployment("IN_PROGRESS")
+	dep.Rollout.BatchSize = 1
+	dep.Rollout.Replacing = []store.Replacement{{Instance: "a", InPlace: true}, {Instance: "b", InPlace: true}, {Instance: "x", ManagedInstance: "mi-1"}}
+	dep.CircuitBreaker.FailureCount = ptr(int32(3))
+	w := World{Current: true, Instances: inst, Now: t0, RollbackCPs: []string{cpA}}
+	d := Plan(dep, w)
+	if d.Dep.Status != "STOP_REQUESTED" {
+		t.Fatalf("breaker: %s", d.Dep.Status)
+	}
+	d = Plan(d.Dep, w)
+	if d.Dep.Status != "ROLLBACK_IN_PROGRESS" || len(d.Dep.Rollout.Replacing) != 2 {
+		t.Fatalf("rollback start keeps only the in-place entries: %s %+v", d.Dep.Status, d.Dep.Rollout.Replacing)
+	}
+	r := Plan(d.Dep, w)
+	if len(r.Start) != 2 || len(r.Dep.Rollout.Replacing) != 0 || !r.Changed {
+		t.Fatalf("retargets: start %+v replacing %+v", r.Start, r.Dep.Rollout.Replacing)
+	}
+	for _, s := range r.Start {
+		if !s.InPlace || s.Drain || s.Retire || s.Target != revO {
+			t.Fatalf("retarget of %s: %+v", s.Instance.ID, s)
+		}
+	}
+	// Moved back (placement on the rollback target): nothing more to send.
+	inst[0].Revision, inst[1].Revision = revO, revO
+	d.Dep.Rollout.Replacing = []store.Replacement{{Instance: "a", InPlace: true}, {Instance: "b", InPlace: true}}
+	if r := Plan(d.Dep, w); len(r.Start) != 0 || len(r.Dep.Rollout.Replacing) != 2 {
+		t.Fatalf("on the rollback target: start %+v replacing %+v", r.Start, r.Dep.Rollout.Replacing)
+	}
+}

@@ -228,7 +228,10 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 		ro.LastProgressAt, ro.Stalled, ro.BakeUntil = w.Now, nil, time.Time{}
 		// The forward batch is abandoned: its old instances finish draining
 		// on their own, its replacements are rolled back like any instance.
-		ro.Replacing = nil
+		// Instances changed in place stay in the batch: drained (or still
+		// registering) for the forward target, they are moved to the
+		// rollback target where they are, below.
+		ro.Replacing = slices.DeleteFunc(ro.Replacing, func(e store.Replacement) bool { return !e.InPlace })
 		d.SwitchDaemon = true
 		d.Changed = true
 		return d
@@ -435,6 +438,19 @@ func Plan(dep store.DaemonDeployment, w World) Decision {
 			d.Start = append(d.Start, st)
 		}
 		d.Changed = d.Changed || len(d.Start) > 0
+	}
+	// An instance changed in place whose placement is not the target (the
+	// target changed under it: a rollback) is moved to the target where it
+	// stands, keeping its place in the window.
+	for i := 0; i < len(ro.Replacing); {
+		e := ro.Replacing[i]
+		if in, ok := byID[e.Instance]; ok && e.InPlace && g.want(in) && in.Revision != "" && !onTarget(in) {
+			ro.Replacing = slices.Delete(ro.Replacing, i, i+1)
+			d.Start = append(d.Start, Start{Instance: in, InPlace: true, Target: target})
+			d.Changed = true
+			continue
+		}
+		i++
 	}
 	d.Requeue = Poll
 	return d

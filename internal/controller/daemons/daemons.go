@@ -167,6 +167,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) (time.Duration, 
 		// in the write that records the stop ("auto-repair: ..."): a
 		// joined machine is repaired in place, not deregistered.
 		in.InPlace = strings.HasPrefix(rec.Value.StatusReason, rollout.InPlaceReason) || strings.HasPrefix(rec.Value.StatusReason, repairPrefix)
+		in.Rollout = strings.HasPrefix(rec.Value.StatusReason, rollout.InPlaceReason) && !strings.Contains(rec.Value.StatusReason, repairPrefix)
 		in.Held = strings.HasPrefix(rec.Value.StatusReason, RepairFailed)
 	}
 	for _, t := range tasks {

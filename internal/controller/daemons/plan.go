@@ -53,6 +53,10 @@ type Input struct {
 	// replace): its app tasks leave first, then its daemons are replaced
 	// or restarted, then it is ACTIVE again. It is never deregistered.
 	InPlace bool
+	// Rollout: the in-place drain is a rollout's, not auto-repair's: a
+	// target revision that keeps failing is the rollout's circuit
+	// breaker's to judge (and roll back), so the instance is never held.
+	Rollout bool
 	// Held: auto-repair gave up on the instance; it stays DRAINING, with
 	// nothing restarted, until an operator activates it.
 	Held           bool
@@ -187,7 +191,7 @@ func Plan(in Input) []Action {
 			if d.TaskID != "" && d.TaskLast == "STOPPED" && !moved {
 				// The daemon's task stopped on its own: a failure.
 				acts = append(acts, Action{Kind: Failed, Daemon: d.Name, Reason: d.TaskReason})
-				if d.Critical && inPlace && d.Attempts+1 >= MaxRepairs {
+				if d.Critical && inPlace && !in.Rollout && d.Attempts+1 >= MaxRepairs {
 					acts = append(acts, Action{Kind: Hold, Daemon: d.Name, Reason: fmt.Sprintf("%s: critical daemon %s failed %d times in a row (%s); the instance stays DRAINING until an operator activates it",
 						RepairFailed, d.Name, d.Attempts+1, d.TaskReason)})
 					continue
