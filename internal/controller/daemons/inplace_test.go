@@ -36,7 +36,7 @@ func TestPlanInPlace(t *testing.T) {
 		{"repair gives up after repeated failures", Input{Status: "DRAINING", InPlace: true, Now: now,
 			Daemons: []Daemon{with(func(d *Daemon) { d.TaskRev, d.TaskLast, d.Attempts = "r2", "STOPPED", MaxRepairs-1 })}}, []string{"failed:m", "hold:m"}},
 		{"a rollout's in-place target failing again and again: retried after back-off, never held (the breaker judges it)", Input{Status: "DRAINING", InPlace: true, Rollout: true, Now: now,
-			Daemons: []Daemon{with(func(d *Daemon) { d.TaskRev, d.TaskLast, d.Attempts = "r2", "STOPPED", MaxRepairs + 2 })}}, []string{"failed:m", "wait:m"}},
+			Daemons: []Daemon{with(func(d *Daemon) { d.TaskRev, d.TaskLast, d.Attempts = "r2", "STOPPED", MaxRepairs+2 })}}, []string{"failed:m", "wait:m"}},
 		{"held: nothing restarts, nothing deregisters", Input{Status: "DRAINING", InPlace: true, Held: true, Now: now,
 			Daemons: []Daemon{with(func(d *Daemon) { d.TaskRev, d.TaskLast, d.Attempts = "r2", "STOPPED", MaxRepairs })}}, nil},
 	}
