@@ -82,7 +82,9 @@ type Config struct {
 	// already waiting, so a lone change goes out at once and bursts still
 	// share one write.
 	BatchDelay time.Duration
-	// MinBackoff and MaxBackoff bound reconnect waits (250ms, 30s).
+	// MinBackoff and MaxBackoff bound reconnect waits (250ms, and a third
+	// of protocol.SilenceLimit: after any outage of the server or its
+	// store, an agent is back well before the server counts it lost).
 	MinBackoff, MaxBackoff time.Duration
 }
 
@@ -105,7 +107,7 @@ func New(cfg Config) *Client {
 		cfg.MinBackoff = 250 * time.Millisecond
 	}
 	if cfg.MaxBackoff == 0 {
-		cfg.MaxBackoff = 30 * time.Second
+		cfg.MaxBackoff = protocol.SilenceLimit / 3
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = http.DefaultClient
