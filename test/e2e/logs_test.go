@@ -79,8 +79,12 @@ func TestTaskLogs(t *testing.T) {
 		}
 		objs = append(objs, o)
 	}
+	// The two streams are stamped apart by Docker: either may come first.
+	if len(objs) == 2 && objs[0]["stream"] == "stderr" {
+		objs[0], objs[1] = objs[1], objs[0]
+	}
 	if len(objs) != 2 || objs[0]["task"] != stopped || objs[0]["container"] != "main" || objs[0]["message"] != "bye-from-stopped" ||
-		objs[0]["stream"] != "stdout" || objs[1]["stream"] != "stderr" || objs[1]["timestamp"] == "" {
+		objs[0]["stream"] != "stdout" || objs[1]["stream"] != "stderr" || objs[1]["message"] != "stopped-err" || objs[1]["timestamp"] == "" {
 		t.Fatalf("-o json: %v", objs)
 	}
 	// Following a stopped task prints its lines and ends by itself.
