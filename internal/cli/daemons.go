@@ -237,16 +237,15 @@ func daemonCreate(fs *flag.FlagSet) action {
 func daemonUpdate(fs *flag.FlagSet) action {
 	var cluster, file string
 	var df daemonFlags
-	var keep, dryRun, wait bool
-	var timeout time.Duration
+	var keep, dryRun bool
+	var wf waitFlags
 	var ifUnchanged string
 	fs.StringVar(&ifUnchanged, "if-unchanged", "", "apply only if the daemon's latest revision is still `REV` (ID or ARN, as the dry run printed)")
 	fs.StringVar(&cluster, "cluster", "", "`cluster` of a daemon given by name")
 	fs.StringVar(&file, "f", "", "UpdateDaemon request `file` (JSON)")
 	fs.BoolVar(&keep, "keep-unspecified", false, "take every setting not given from the current revision")
 	fs.BoolVar(&dryRun, "dry-run", false, "preview the update (resets, diff, batches) and change nothing")
-	fs.BoolVar(&wait, "wait", false, "follow the deployment until it ends (see exit codes)")
-	fs.DurationVar(&timeout, "timeout", 0, "with --wait, give up after `duration`, exit 6")
+	wf.register(fs, "the deployment until it ends (see exit codes)")
 	df.register(fs)
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := wantArgs(args, 0, 1, ""); err != nil {
@@ -255,11 +254,11 @@ func daemonUpdate(fs *flag.FlagSet) action {
 		if dryRun && ifUnchanged != "" {
 			return usageErrorf("--if-unchanged applies a previewed update; leave out --dry-run")
 		}
-		if dryRun && wait {
+		if dryRun && wf.wait {
 			return usageErrorf("--dry-run changes nothing, so there is nothing to --wait for")
 		}
-		if timeout != 0 && !wait {
-			return usageErrorf("--timeout needs --wait")
+		if err := wf.check(); err != nil {
+			return err
 		}
 		in := &ecs.UpdateDaemonInput{}
 		given := map[string]bool{}
@@ -332,10 +331,10 @@ func daemonUpdate(fs *flag.FlagSet) action {
 			f.add("Deployment", str(out.DeploymentArn))
 			f.flush()
 		})
-		if err != nil || !wait {
+		if err != nil || !wf.wait {
 			return err
 		}
-		return s.followRollout(ctx, aws.ToString(in.DaemonArn), str(out.DeploymentArn), timeout)
+		return s.followRollout(ctx, aws.ToString(in.DaemonArn), str(out.DeploymentArn), wf.timeout)
 	}
 }
 
@@ -411,11 +410,22 @@ func resolveDaemon(ctx context.Context, c *ecs.Client, ref, cluster string) (str
 }
 
 func daemonRefAction(fs *flag.FlagSet, run func(ctx context.Context, s *session, c *ecs.Client, arn string) error) action {
+	return daemonRefActionChecked(fs, nil, run)
+}
+
+// daemonRefActionChecked is daemonRefAction with flag checks that run
+// before any call, so a usage error needs no server.
+func daemonRefActionChecked(fs *flag.FlagSet, check func() error, run func(ctx context.Context, s *session, c *ecs.Client, arn string) error) action {
 	var cluster string
 	fs.StringVar(&cluster, "cluster", "", "`cluster` of a daemon given by name")
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := wantArgs(args, 1, 1, "daemon NAME or ARN"); err != nil {
 			return err
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				return err
+			}
 		}
 		c, err := s.client(ctx)
 		if err != nil {
@@ -636,4 +646,23 @@ func daemonClusterName(arn string) (cluster, name string) {
 		return "", lastSegment(arn)
 	}
 	return cluster, name
+}
+
+// waitFlags are --wait and --timeout of the commands that can follow what
+// they started.
+type waitFlags struct {
+	wait    bool
+	timeout time.Duration
+}
+
+func (w *waitFlags) register(fs *flag.FlagSet, follows string) {
+	fs.BoolVar(&w.wait, "wait", false, "follow "+follows)
+	fs.DurationVar(&w.timeout, "timeout", 0, "with --wait, give up after `duration`, exit 6")
+}
+
+func (w *waitFlags) check() error {
+	if w.timeout != 0 && !w.wait {
+		return usageErrorf("--timeout needs --wait")
+	}
+	return nil
 }

@@ -378,3 +378,15 @@ func familyRevision(arn string) (string, string) {
 	}
 	return s, ""
 }
+
+// printRaw prints an extension operation's JSON answer indented, as -o json
+// shows the ECS operations' answers.
+func (s *session) printRaw(raw json.RawMessage) error {
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, "", "  "); err != nil {
+		return err
+	}
+	b.WriteByte('\n')
+	_, err := s.stdout.Write(b.Bytes())
+	return err
+}

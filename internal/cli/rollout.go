@@ -276,28 +276,11 @@ func daemonRollout(fs *flag.FlagSet) action {
 }
 
 func daemonRollback(fs *flag.FlagSet) action {
-	var cluster, to string
-	var wait bool
-	var timeout time.Duration
-	fs.StringVar(&cluster, "cluster", "", "`cluster` of a daemon given by name")
+	var to string
+	var w waitFlags
 	fs.StringVar(&to, "to-revision", "", "revision to go back to: `ARN`, short ID, FAMILY:REVISION or history number (default: the one before the current)")
-	fs.BoolVar(&wait, "wait", false, "follow the deployment until it ends (see exit codes)")
-	fs.DurationVar(&timeout, "timeout", 0, "with --wait, give up after `duration`, exit 6")
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 1, 1, "daemon NAME or ARN"); err != nil {
-			return err
-		}
-		if timeout != 0 && !wait {
-			return usageErrorf("--timeout needs --wait")
-		}
-		c, err := s.client(ctx)
-		if err != nil {
-			return err
-		}
-		arn, err := resolveDaemon(ctx, c, args[0], cluster)
-		if err != nil {
-			return err
-		}
+	w.register(fs, "the deployment until it ends (see exit codes)")
+	return daemonRefActionChecked(fs, w.check, func(ctx context.Context, s *session, c *ecs.Client, arn string) error {
 		req := map[string]string{"daemonArn": arn}
 		// Say what it goes back to before starting: the revision named,
 		// or the one before the current (the server's default, named
@@ -321,14 +304,14 @@ func daemonRollback(fs *flag.FlagSet) action {
 		}
 		if target.DaemonRevisionArn != "" {
 			req["toRevisionArn"] = target.DaemonRevisionArn
-			w := s.stdout
+			say := s.stdout
 			if s.json() {
-				w = s.stderr
+				say = s.stderr
 			}
 			if target.Number == 0 {
-				fmt.Fprintf(w, "Rolling back %s to revision %s\n", lastSegment(arn), lastSegment(target.DaemonRevisionArn))
+				fmt.Fprintf(say, "Rolling back %s to revision %s\n", lastSegment(arn), lastSegment(target.DaemonRevisionArn))
 			} else {
-				fmt.Fprintf(w, "Rolling back %s to revision #%d %s (%s, created %s)\n", lastSegment(arn), target.Number,
+				fmt.Fprintf(say, "Rolling back %s to revision #%d %s (%s, created %s)\n", lastSegment(arn), target.Number,
 					lastSegment(target.DaemonRevisionArn), target.TaskDefinition, ts(&target.CreatedAt))
 			}
 		}
@@ -346,10 +329,9 @@ func daemonRollback(fs *flag.FlagSet) action {
 			return fmt.Errorf("RollbackDaemon: %w", err)
 		}
 		if s.json() {
-			var b bytes.Buffer
-			json.Indent(&b, raw, "", "  ")
-			b.WriteByte('\n')
-			s.stdout.Write(b.Bytes())
+			if err := s.printRaw(raw); err != nil {
+				return err
+			}
 		} else {
 			f := newFields(s.stdout)
 			f.add("Daemon", out.DaemonArn)
@@ -361,9 +343,9 @@ func daemonRollback(fs *flag.FlagSet) action {
 			}
 			f.flush()
 		}
-		if wait {
-			return s.followRollout(ctx, arn, out.DeploymentArn, timeout)
+		if w.wait {
+			return s.followRollout(ctx, arn, out.DeploymentArn, w.timeout)
 		}
 		return nil
-	}
+	})
 }

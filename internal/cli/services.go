@@ -39,8 +39,8 @@ CreateService request JSON; flags given alongside override it.` + "\n" + service
 func serviceCreate(fs *flag.FlagSet) action {
 	var cluster, taskDef, cp, file string
 	var desired int
-	var exec, wait bool
-	var timeout time.Duration
+	var exec bool
+	var w waitFlags
 	var tags tagFlag
 	fs.StringVar(&cluster, "cluster", "", "`cluster` (default: the default cluster)")
 	fs.StringVar(&taskDef, "task-definition", "", "task definition `ARN|FAMILY[:REVISION]`")
@@ -49,14 +49,13 @@ func serviceCreate(fs *flag.FlagSet) action {
 	fs.BoolVar(&exec, "enable-execute-command", false, "allow execute-command into the service's tasks")
 	fs.StringVar(&file, "f", "", "CreateService request `file` (JSON)")
 	fs.Var(&tags, "tag", "resource tag `KEY=VALUE` (repeatable)")
-	fs.BoolVar(&wait, "wait", false, "follow the first deployment until it completes or fails")
-	fs.DurationVar(&timeout, "timeout", 0, "with --wait, give up after `duration`, exit 6")
+	w.register(fs, "the first deployment until it completes or fails")
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := wantArgs(args, 0, 1, ""); err != nil {
 			return err
 		}
-		if timeout != 0 && !wait {
-			return usageErrorf("--timeout needs --wait")
+		if err := w.check(); err != nil {
+			return err
 		}
 		in := &ecs.CreateServiceInput{}
 		if file != "" {
@@ -100,30 +99,29 @@ func serviceCreate(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		if err := s.show(out, func(w io.Writer) { serviceTable(w, []types.Service{*out.Service}) }); err != nil || !wait {
+		if err := s.show(out, func(w io.Writer) { serviceTable(w, []types.Service{*out.Service}) }); err != nil || !w.wait {
 			return err
 		}
-		return s.followService(ctx, c, str(out.Service.ClusterArn), str(out.Service.ServiceArn), timeout)
+		return s.followService(ctx, c, str(out.Service.ClusterArn), str(out.Service.ServiceArn), w.timeout)
 	}
 }
 
 func serviceUpdate(fs *flag.FlagSet) action {
 	var cluster, taskDef string
 	var desired int
-	var force, wait bool
-	var timeout time.Duration
+	var force bool
+	var w waitFlags
 	fs.StringVar(&cluster, "cluster", "", "`cluster` (default: the default cluster)")
 	fs.StringVar(&taskDef, "task-definition", "", "new task definition `ARN|FAMILY[:REVISION]`")
 	fs.IntVar(&desired, "desired-count", 0, "number of `tasks` to keep running")
 	fs.BoolVar(&force, "force-new-deployment", false, "replace every task even if nothing changed")
-	fs.BoolVar(&wait, "wait", false, "follow the deployment until it completes or fails")
-	fs.DurationVar(&timeout, "timeout", 0, "with --wait, give up after `duration`, exit 6")
+	w.register(fs, "the deployment until it completes or fails")
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := wantArgs(args, 1, 1, "service NAME or ARN"); err != nil {
 			return err
 		}
-		if timeout != 0 && !wait {
-			return usageErrorf("--timeout needs --wait")
+		if err := w.check(); err != nil {
+			return err
 		}
 		in := &ecs.UpdateServiceInput{Service: aws.String(args[0]), Cluster: optional(cluster), TaskDefinition: optional(taskDef), ForceNewDeployment: force}
 		if s.set("desired-count") {
@@ -143,10 +141,10 @@ func serviceUpdate(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		if err := s.show(out, func(w io.Writer) { serviceTable(w, []types.Service{*out.Service}) }); err != nil || !wait {
+		if err := s.show(out, func(w io.Writer) { serviceTable(w, []types.Service{*out.Service}) }); err != nil || !w.wait {
 			return err
 		}
-		return s.followService(ctx, c, str(out.Service.ClusterArn), str(out.Service.ServiceArn), timeout)
+		return s.followService(ctx, c, str(out.Service.ClusterArn), str(out.Service.ServiceArn), w.timeout)
 	}
 }
 
@@ -288,19 +286,17 @@ func serviceDelete(fs *flag.FlagSet) action {
 
 func serviceStatus(fs *flag.FlagSet) action {
 	var cluster string
-	var wait bool
-	var timeout time.Duration
+	var w waitFlags
 	var events int
 	fs.StringVar(&cluster, "cluster", "", "`cluster` (default: the default cluster)")
-	fs.BoolVar(&wait, "wait", false, "follow the PRIMARY deployment until it completes or fails")
-	fs.DurationVar(&timeout, "timeout", 0, "with --wait, give up after `duration`, exit 6")
+	w.register(fs, "the PRIMARY deployment until it completes or fails")
 	fs.IntVar(&events, "events", 5, "show the latest `n` service events")
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := wantArgs(args, 1, 1, "service NAME or ARN"); err != nil {
 			return err
 		}
-		if timeout != 0 && !wait {
-			return usageErrorf("--timeout needs --wait")
+		if err := w.check(); err != nil {
+			return err
 		}
 		c, err := s.client(ctx)
 		if err != nil {
@@ -314,8 +310,8 @@ func serviceStatus(fs *flag.FlagSet) action {
 			return err
 		}
 		v := out.Services[0]
-		if wait {
-			return s.followService(ctx, c, str(v.ClusterArn), str(v.ServiceArn), timeout)
+		if w.wait {
+			return s.followService(ctx, c, str(v.ClusterArn), str(v.ServiceArn), w.timeout)
 		}
 		return s.show(out, func(w io.Writer) {
 			fmt.Fprintf(w, "Service %s: %s, %d desired, %d running, %d pending\n\n", str(v.ServiceName), str(v.Status), v.DesiredCount, v.RunningCount, v.PendingCount)

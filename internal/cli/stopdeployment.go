@@ -1,39 +1,22 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
 )
 
 // daemonStopDeployment asks CapstanV1.StopDaemonDeployment to stop the
 // daemon's latest (or the named) deployment and roll it back.
 func daemonStopDeployment(fs *flag.FlagSet) action {
-	var cluster, deployment string
-	var wait bool
-	var timeout time.Duration
-	fs.StringVar(&cluster, "cluster", "", "`cluster` of a daemon given by name")
+	var deployment string
+	var w waitFlags
 	fs.StringVar(&deployment, "deployment", "", "deployment `ARN` to stop (default: the daemon's latest; it must be that one)")
-	fs.BoolVar(&wait, "wait", false, "follow the rollback until it ends (see exit codes)")
-	fs.DurationVar(&timeout, "timeout", 0, "with --wait, give up after `duration`, exit 6")
-	return func(ctx context.Context, s *session, args []string) error {
-		if err := wantArgs(args, 1, 1, "daemon NAME or ARN"); err != nil {
-			return err
-		}
-		if timeout != 0 && !wait {
-			return usageErrorf("--timeout needs --wait")
-		}
-		c, err := s.client(ctx)
-		if err != nil {
-			return err
-		}
-		arn, err := resolveDaemon(ctx, c, args[0], cluster)
-		if err != nil {
-			return err
-		}
+	w.register(fs, "the rollback until it ends (see exit codes)")
+	return daemonRefActionChecked(fs, w.check, func(ctx context.Context, s *session, c *ecs.Client, arn string) error {
 		req := map[string]string{"daemonArn": arn}
 		if deployment != "" {
 			req["daemonDeploymentArn"] = deployment
@@ -52,10 +35,9 @@ func daemonStopDeployment(fs *flag.FlagSet) action {
 			return fmt.Errorf("StopDaemonDeployment: %w", err)
 		}
 		if s.json() {
-			var b bytes.Buffer
-			json.Indent(&b, raw, "", "  ")
-			b.WriteByte('\n')
-			s.stdout.Write(b.Bytes())
+			if err := s.printRaw(raw); err != nil {
+				return err
+			}
 		} else {
 			f := newFields(s.stdout)
 			f.add("Deployment", out.DaemonDeploymentArn)
@@ -67,9 +49,9 @@ func daemonStopDeployment(fs *flag.FlagSet) action {
 			f.add("Rolling back to", back)
 			f.flush()
 		}
-		if wait {
-			return s.followRollout(ctx, arn, out.DaemonDeploymentArn, timeout)
+		if w.wait {
+			return s.followRollout(ctx, arn, out.DaemonDeploymentArn, w.timeout)
 		}
 		return nil
-	}
+	})
 }

@@ -4,7 +4,6 @@ package cli
 // and the batches it would replace.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -80,13 +79,7 @@ func (s *session) previewUpdate(ctx context.Context, in *ecs.UpdateDaemonInput) 
 		return err
 	}
 	if s.json() {
-		var b bytes.Buffer
-		if err := json.Indent(&b, raw, "", "  "); err != nil {
-			return err
-		}
-		b.WriteByte('\n')
-		_, err := s.stdout.Write(b.Bytes())
-		return err
+		return s.printRaw(raw)
 	}
 	var p preview
 	if err := json.Unmarshal(raw, &p); err != nil {
