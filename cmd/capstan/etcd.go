@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -32,6 +33,7 @@ func runEtcd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("capstan etcd", flag.ContinueOnError)
 	var dir, listen, peer, level string
 	var name, initial, state, caDir string
+	var advClient, advPeer string
 	var defragMin int64
 	fs.StringVar(&name, "name", "capstan", "the member's name in its cluster")
 	fs.StringVar(&initial, "initial-cluster", "", "every member's NAME=https://PEER-IP:PORT, comma-separated, to form or join a cluster (needs --ca-dir)")
@@ -41,6 +43,8 @@ func runEtcd(ctx context.Context, args []string) error {
 	fs.StringVar(&dir, "data-dir", defaultDir("etcd", "capstan-etcd"), "directory for the member's data")
 	fs.StringVar(&listen, "listen", "127.0.0.1:2379", "IP:PORT servers reach the member on, over TLS with the client certificate it generates (capstan server --etcd-endpoints https://IP:PORT)")
 	fs.StringVar(&peer, "peer-listen", "127.0.0.1:2380", "IP:PORT of the member's peer URL (TLS, client certificates of its CA only)")
+	fs.StringVar(&advClient, "advertise-client-urls", "", "https://IP:PORT URLs servers and other members reach the member's --listen by, comma-separated (default: https://LISTEN)")
+	fs.StringVar(&advPeer, "initial-advertise-peer-urls", "", "https://IP:PORT URLs peers reach the member's --peer-listen by, comma-separated; --initial-cluster names these (default: https://PEER-LISTEN)")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -67,18 +71,32 @@ func runEtcd(ctx context.Context, args []string) error {
 	if defragMin < 1 {
 		return fmt.Errorf("--defrag-min-bytes must be at least 1 (got %d)", defragMin)
 	}
+	var clientURLs, peerURLs []string
+	if advClient != "" {
+		if clientURLs, err = store.ParseAdvertiseURLs(advClient); err != nil {
+			return fmt.Errorf("--advertise-client-urls: %w", err)
+		}
+	}
+	if advPeer != "" {
+		if peerURLs, err = store.ParseAdvertiseURLs(advPeer); err != nil {
+			return fmt.Errorf("--initial-advertise-peer-urls: %w", err)
+		}
+	}
 	if initial != "" {
-		if err := checkInitialCluster(initial, name, peer); err != nil {
+		if err := checkInitialCluster(initial, name, peer, peerURLs); err != nil {
 			return fmt.Errorf("--initial-cluster: %w", err)
 		}
 		if caDir == "" {
 			return errors.New("--initial-cluster needs --ca-dir: the members' certificates must come from one CA ('capstan etcd ca')")
 		}
-		// Peers and servers are told these addresses: an unspecified
-		// IP reaches nobody.
-		for f, a := range map[string]string{"--listen": listen, "--peer-listen": peer} {
-			if ap, err := netip.ParseAddrPort(a); err == nil && ap.Addr().IsUnspecified() {
-				return fmt.Errorf("%s: a member of a cluster must listen on the IP others reach it on, not %s", f, ap.Addr())
+		// Peers and servers are told these addresses unless others are
+		// advertised: an unspecified IP reaches nobody.
+		for _, x := range []struct {
+			flag, addr, adv string
+			urls            []string
+		}{{"--listen", listen, "--advertise-client-urls", clientURLs}, {"--peer-listen", peer, "--initial-advertise-peer-urls", peerURLs}} {
+			if ap, err := netip.ParseAddrPort(x.addr); err == nil && ap.Addr().IsUnspecified() && len(x.urls) == 0 {
+				return fmt.Errorf("%s: a member of a cluster listening on %s must say the IP others reach it on with %s", x.flag, ap.Addr(), x.adv)
 			}
 		}
 	}
@@ -93,7 +111,8 @@ func runEtcd(ctx context.Context, args []string) error {
 	}
 	m, err := store.StartMember(ctx, store.MemberConfig{Dir: dir, Listen: listen, PeerListen: peer,
 		CompactEvery: store.CompactEvery, DefragMinBytes: defragMin, Logger: log, EtcdLogLevel: etcdLogLevel(lvl),
-		Name: name, InitialCluster: initial, InitialClusterState: state, CADir: caDir})
+		Name: name, InitialCluster: initial, InitialClusterState: state, CADir: caDir,
+		AdvertiseClientURLs: clientURLs, AdvertisePeerURLs: peerURLs})
 	if err != nil {
 		return err
 	}
@@ -128,10 +147,11 @@ func etcdLogLevel(l slog.Level) string {
 
 // checkInitialCluster says what is wrong with an --initial-cluster list:
 // NAME=https://IP:PORT items, names unique, this member's among them with
-// its --peer-listen.
-func checkInitialCluster(list, name, peer string) error {
+// its advertised peer URLs (else its --peer-listen), as etcd requires.
+func checkInitialCluster(list, name, peer string, peerURLs []string) error {
 	seen := map[string]bool{}
 	mine := false
+	var listed []string // this member's peer URLs in the list
 	for _, item := range strings.Split(list, ",") {
 		n, u, ok := strings.Cut(item, "=")
 		host, https := strings.CutPrefix(u, "https://")
@@ -141,19 +161,27 @@ func checkInitialCluster(list, name, peer string) error {
 		if err := store.CheckMemberAddr(host); err != nil {
 			return fmt.Errorf("member %s: %w", n, err)
 		}
-		if seen[n] {
+		// A member advertising several peer URLs is named once for each.
+		if seen[n] && (n != name || len(peerURLs) < 2) {
 			return fmt.Errorf("member %s is named twice", n)
 		}
 		seen[n] = true
 		if n == name {
-			if host != peer {
-				return fmt.Errorf("names this member (%s) with %s, but --peer-listen is %s", n, host, peer)
-			}
 			mine = true
+			listed = append(listed, "https://"+host)
 		}
 	}
 	if !mine {
 		return fmt.Errorf("does not name this member (--name %s)", name)
+	}
+	if len(peerURLs) == 0 {
+		if len(listed) != 1 || listed[0] != "https://"+peer {
+			return fmt.Errorf("names this member (%s) with %s, but --peer-listen is %s", name, strings.Join(listed, ","), peer)
+		}
+		return nil
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(listed)), slices.Sorted(slices.Values(peerURLs))) {
+		return fmt.Errorf("names this member (%s) with %s, but --initial-advertise-peer-urls is %s", name, strings.Join(listed, ","), strings.Join(peerURLs, ","))
 	}
 	return nil
 }

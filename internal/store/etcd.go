@@ -60,6 +60,9 @@ type memberOpts struct {
 	// member of the cluster.
 	name, initialCluster, clusterState string
 	caDir                              string
+	// advertiseClient and advertisePeer (https://IP:PORT URLs) are what
+	// the member tells clients and peers (empty: its listen addresses).
+	advertiseClient, advertisePeer []string
 }
 
 // startMember starts etcd with its data in o.dir. The server talks to it
@@ -168,13 +171,16 @@ func startLocked(ctx context.Context, o memberOpts) (*embedded, *clientv3.Client
 				return nil, nil, err
 			}
 		}
-		f, err := ensureMemberTLS(dir, memberIPs(o.listen, o.peerListen))
+		f, err := ensureMemberTLS(dir, memberIPs(append([]string{o.listen, o.peerListen}, advertisedHosts(o)...)...))
 		if err != nil {
 			return nil, nil, err
 		}
 		cu, pu := url.URL{Scheme: "https", Host: o.listen}, url.URL{Scheme: "https", Host: o.peerListen}
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+		if err := setAdvertised(cfg, o); err != nil {
+			return nil, nil, err
+		}
 		info := transport.TLSInfo{CertFile: f.Server, KeyFile: f.ServerKey, TrustedCAFile: f.CA, ClientCertAuth: true}
 		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
 	}
@@ -324,6 +330,11 @@ type MemberConfig struct {
 	// Dir/tls on first start.
 	Name, InitialCluster, InitialClusterState string
 	CADir                                     string
+	// AdvertiseClientURLs and AdvertisePeerURLs (https://IP:PORT each)
+	// are what the member tells clients and peers, for a member that
+	// listens on an address others do not reach it by (empty: the
+	// listen addresses). They need Listen (advertise.go).
+	AdvertiseClientURLs, AdvertisePeerURLs []string
 }
 
 // StartMember starts a member. Until Close it compacts its history every
@@ -334,7 +345,8 @@ func StartMember(ctx context.Context, cfg MemberConfig) (*Member, error) {
 		return nil, errors.New("store: a member needs a compaction period")
 	}
 	o := memberOpts{dir: cfg.Dir, listen: cfg.Listen, peerListen: cfg.PeerListen,
-		name: cfg.Name, initialCluster: cfg.InitialCluster, clusterState: cfg.InitialClusterState, caDir: cfg.CADir}
+		name: cfg.Name, initialCluster: cfg.InitialCluster, clusterState: cfg.InitialClusterState, caDir: cfg.CADir,
+		advertiseClient: cfg.AdvertiseClientURLs, advertisePeer: cfg.AdvertisePeerURLs}
 	if cfg.InitialCluster != "" && cfg.Listen == "" {
 		return nil, errors.New("store: a member of a cluster needs client and peer addresses")
 	}
@@ -372,6 +384,9 @@ func StartMember(ctx context.Context, cfg MemberConfig) (*Member, error) {
 			return nil, fmt.Errorf("store: the member's peer address: %w", err)
 		}
 		files = MemberTLSFiles(cfg.Dir).Client
+	}
+	if err := checkAdvertised(cfg); err != nil {
+		return nil, err
 	}
 	o.log = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	e, c, err := startMember(ctx, o)
