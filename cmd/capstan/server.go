@@ -76,7 +76,7 @@ func runServer(ctx context.Context, args []string) error {
 		}
 		return nil
 	})
-	fs.IntVar(&cfg.MaxConnections, "max-connections", server.DefaultMaxConnections, "most connections open at once on the API listener; more are closed as accepted (docs/security.md)")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", 0, "most connections open at once on the API listener; more are closed as accepted (default: the open-file limit less 1,024, at most 100,000; docs/security.md)")
 	fs.IntVar(&cfg.MaxUnauthenticated, "max-unauthenticated-requests", server.DefaultMaxUnauthenticated, "most requests in flight before their signature is verified; more get ThrottlingException (docs/security.md)")
 	fs.Func("agent-env", "`KEY=VALUE` ECS_* setting for every agent the server provisions (repeat; checked by the agent's parser; docs/agent.md)", func(v string) error {
 		if cfg.AgentEnv == nil {
@@ -100,8 +100,11 @@ func runServer(ctx context.Context, args []string) error {
 	if cfg.EtcdMaxTxnOps < 1 {
 		return fmt.Errorf("--etcd-max-txn-ops must be at least 1 (got %d)", cfg.EtcdMaxTxnOps)
 	}
-	// Zero would mean the default to server.Config; here it is a mistake.
-	if cfg.MaxConnections < 1 {
+	// Unset, the server chooses from the open-file limit; a value given
+	// must be a real cap.
+	capSet := false
+	fs.Visit(func(f *flag.Flag) { capSet = capSet || f.Name == "max-connections" })
+	if capSet && cfg.MaxConnections < 1 {
 		return fmt.Errorf("--max-connections must be at least 1 (got %d)", cfg.MaxConnections)
 	}
 	if cfg.MaxUnauthenticated < 1 {

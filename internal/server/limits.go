@@ -26,9 +26,15 @@ import (
 // signature is verified. A flood of unsigned or badly signed requests then
 // costs the server a bounded amount of memory.
 const (
-	// DefaultMaxConnections leaves room for a 5,000-instance fleet (one
-	// session connection each) while keeping idle sockets bounded.
-	DefaultMaxConnections = 10000
+	// fdReserve is what the connection cap leaves of the open-file limit
+	// for etcd's files, the server's own and its outgoing connections.
+	fdReserve = 1024
+	// maxAutoConnections bounds the cap chosen from a very high open-file
+	// limit: idle sockets still cost memory.
+	maxAutoConnections = 100000
+	// minAutoConnections is the cap under an open-file limit too low to
+	// leave the reserve; the log says to raise the limit.
+	minAutoConnections = 256
 	// DefaultMaxUnauthenticated bounds the bodies read before a signature
 	// is checked: 128 of at most 512 KiB (the Query API's cap) is 64 MiB.
 	DefaultMaxUnauthenticated = 128
@@ -48,7 +54,43 @@ type limits struct {
 }
 
 func newLimits(maxConns, maxUnauth int, log *slog.Logger) *limits {
+	nofile := openFileLimit()
+	log.Info("API connections capped", "max_connections", maxConns, "open_file_limit", nofile)
+	if nofile > 0 && uint64(maxConns)+fdReserve > nofile {
+		log.Warn("--max-connections leaves less than 1,024 of the open-file limit for the server's own files; raise the limit (LimitNOFILE, ulimit -n) or lower the cap",
+			"max_connections", maxConns, "open_file_limit", nofile)
+	}
 	return &limits{maxConns: int64(maxConns), maxUnauth: int64(maxUnauth), log: log}
+}
+
+// DefaultMaxConnections is the cap on open API connections when none is
+// set: the open-file limit less fdReserve, so a fleet the limit allows is
+// never refused sessions and the server never runs out of descriptors
+// (one connection per instance: 10,000 instances need a limit of ~11,100).
+func DefaultMaxConnections() int {
+	return maxConnectionsFor(openFileLimit())
+}
+
+func maxConnectionsFor(nofile uint64) int {
+	switch {
+	case nofile == 0: // unknown
+		return 10000
+	case nofile < fdReserve+minAutoConnections:
+		return minAutoConnections
+	case nofile-fdReserve > maxAutoConnections:
+		return maxAutoConnections
+	}
+	return int(nofile - fdReserve)
+}
+
+// openFileLimit is the soft RLIMIT_NOFILE (Go raises it to the hard limit
+// at start), 0 when it cannot be read.
+func openFileLimit() uint64 {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return 0
+	}
+	return r.Cur
 }
 
 // refusedLog logs a refusal at most every 10 s: a flood must not flood the

@@ -183,7 +183,7 @@ func TestLimitsBeforeAuthentication(t *testing.T) {
 func TestLimitsConfig(t *testing.T) {
 	base := func() Config { return Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Provisioner: "none"} }
 	c := base()
-	if err := c.Validate(); err != nil || c.MaxConnections != DefaultMaxConnections || c.MaxUnauthenticated != DefaultMaxUnauthenticated {
+	if err := c.Validate(); err != nil || c.MaxConnections != DefaultMaxConnections() || c.MaxUnauthenticated != DefaultMaxUnauthenticated {
 		t.Fatalf("defaults: %v %d %d", err, c.MaxConnections, c.MaxUnauthenticated)
 	}
 	c = base()
@@ -255,4 +255,23 @@ func TestLimitsUnderTLS(t *testing.T) {
 	}
 	raw.Close()
 	waitFor(t, "the slot back", func() bool { return lim.unauth.Load() == 0 })
+}
+
+func TestMaxConnectionsFromOpenFileLimit(t *testing.T) {
+	for _, tc := range []struct {
+		nofile uint64
+		want   int
+	}{
+		{0, 10000},                 // unknown: the fixed default
+		{1024, minAutoConnections}, // too low to keep the reserve
+		{20000, 20000 - fdReserve},
+		{1 << 20, maxAutoConnections},
+	} {
+		if got := maxConnectionsFor(tc.nofile); got != tc.want {
+			t.Errorf("maxConnectionsFor(%d) = %d, want %d", tc.nofile, got, tc.want)
+		}
+	}
+	if n := openFileLimit(); n == 0 || DefaultMaxConnections() != maxConnectionsFor(n) {
+		t.Errorf("open-file limit %d, default cap %d", n, DefaultMaxConnections())
+	}
 }

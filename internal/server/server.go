@@ -218,7 +218,7 @@ func (c *Config) Validate() error {
 		return errors.New("--provisioner sim cannot be combined with --tls-cert/--tls-key or --tls-self-signed: its in-process agents speak plain HTTP only; leave the TLS flags out for scale tests")
 	}
 	if c.MaxConnections == 0 {
-		c.MaxConnections = DefaultMaxConnections
+		c.MaxConnections = DefaultMaxConnections()
 	}
 	if c.MaxConnections < 1 {
 		return fmt.Errorf("--max-connections must be at least 1, got %d", c.MaxConnections)
