@@ -287,7 +287,7 @@ func (s *State) repairReason(ctx context.Context, t store.Task) (string, error) 
 	if on, err := s.AutoRepair(ctx, t.CapacityProviderName); err != nil && !errors.Is(err, store.ErrNotFound) || !on {
 		return "", nil
 	}
-	return "auto-repair: critical daemon " + name + " stopped: " + t.StoppedReason, nil
+	return RepairPrefix + "critical daemon " + name + " stopped: " + t.StoppedReason, nil
 }
 
 // dropDesired removes a stopped task from its instance's manifest in tx;

@@ -264,9 +264,12 @@ func (s *State) SetInstanceStatus(ctx context.Context, cluster, id, status, reas
 	})
 }
 
-// DeregisterDrained retires a drained instance: INACTIVE, nothing left on it.
+// DeregisterDrained retires a drained instance: INACTIVE, nothing left on
+// it. One an operator activated meanwhile (it is no longer DRAINING) stays.
 func (s *State) DeregisterDrained(ctx context.Context, cluster, id string) error {
-	return s.Retire(ctx, cluster, id, "Container instance drained and deregistered")
+	_, err := s.deregister(ctx, &shapes.DeregisterContainerInstanceRequest{Cluster: cluster, ContainerInstance: id, Force: ptr(true)},
+		StopInfrastructure, "Container instance drained and deregistered", "DRAINING")
+	return err
 }
 
 // StopInfrastructure is the stop code of tasks that stopped because their

@@ -189,6 +189,13 @@ func attributesOf(attrs []shapes.Attribute, id string) map[string]string {
 // deregister retires an instance; forced, its tasks are recorded STOPPED
 // with stopCode and reason.
 func (s *State) Deregister(ctx context.Context, req *shapes.DeregisterContainerInstanceRequest, stopCode, reason string) (*shapes.DeregisterContainerInstanceResponse, error) {
+	return s.deregister(ctx, req, stopCode, reason, "")
+}
+
+// deregister deregisters the instance; when only is set, only if the
+// instance still has that status in the same write (an operator may have
+// activated a drained instance since the caller looked).
+func (s *State) deregister(ctx context.Context, req *shapes.DeregisterContainerInstanceRequest, stopCode, reason, only string) (*shapes.DeregisterContainerInstanceResponse, error) {
 	cl, err := s.ActiveCluster(ctx, "cluster", req.Cluster)
 	if err != nil {
 		return nil, err
@@ -208,7 +215,7 @@ func (s *State) Deregister(ctx context.Context, req *shapes.DeregisterContainerI
 			return err
 		}
 		ci := it.Value
-		if ci.Status == "INACTIVE" {
+		if ci.Status == "INACTIVE" || only != "" && ci.Status != only {
 			out = ci
 			return nil
 		}

@@ -182,7 +182,7 @@ func (f rolloutFleet) Replace(ctx context.Context, tx *store.Txn, dep store.Daem
 	}
 	if st.Retire {
 		if ci.Status != "DRAINING" {
-			ci.Status, ci.StatusReason = "DRAINING", "Retired by daemon deployment "+LastPart(dep.DaemonDeploymentArn)+" before it served"
+			ci.Status, ci.StatusReason = "DRAINING", RetiredPrefix+LastPart(dep.DaemonDeploymentArn)+" before it served"
 			*ci.Version++
 			tx.Update(it.Key, it.Rev, ci)
 			tx.OnCommit(func() { s.InstanceChanged(context.WithoutCancel(ctx), ci) })
@@ -204,7 +204,7 @@ func (f rolloutFleet) Replace(ctx context.Context, tx *store.Txn, dep store.Daem
 	m.LaunchedAt = s.Now()
 	tx.Create(ManagedInstanceKey(m.Cluster, m.ID), m).Create(store.CredentialKey(cred.AccessKeyID), cred)
 	if ci.Status != "DRAINING" {
-		ci.Status, ci.StatusReason = "DRAINING", "Replaced by daemon deployment "+LastPart(dep.DaemonDeploymentArn)+" (instance "+m.ID+")"
+		ci.Status, ci.StatusReason = "DRAINING", ReplacedPrefix+LastPart(dep.DaemonDeploymentArn)+" (instance "+m.ID+")"
 		*ci.Version++
 		tx.Update(it.Key, it.Rev, ci)
 		tx.OnCommit(func() { s.InstanceChanged(context.WithoutCancel(ctx), ci) })

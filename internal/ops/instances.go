@@ -304,10 +304,20 @@ func (s *Service) UpdateContainerInstancesState(ctx context.Context, req *shapes
 			if ci.Status == "INACTIVE" || ci.Status == "DEREGISTERING" {
 				return fault.ClientError("container instance %s is %s", id, ci.Status)
 			}
+			if req.Status == "ACTIVE" && ci.Status != "ACTIVE" {
+				// Daemons first: REGISTERING until its critical daemons run.
+				var changed bool
+				ci, changed, err = s.activate(ctx, it)
+				if err == nil && changed {
+					s.InstanceChanged(ctx, ci)
+				}
+				return err
+			}
 			if ci.Status == req.Status {
 				return nil
 			}
-			ci.Status = req.Status
+			// An operator's drain: not a repair, nor a rollout's.
+			ci.Status, ci.StatusReason = req.Status, ""
 			*ci.Version++
 			if _, err = s.Store.Txn().Update(it.Key, it.Rev, ci).Commit(ctx); err == nil {
 				s.InstanceChanged(ctx, ci)

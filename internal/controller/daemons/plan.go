@@ -9,13 +9,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/rollout"
 )
 
 // RepairFailed starts the status reason of an instance auto-repair gave
 // up on; a drain whose reason starts with rollout.InPlaceReason changes
 // the instance's daemons in place.
-const RepairFailed = "Auto-repair failed"
+const RepairFailed = fleet.RepairFailedReason
 
 // Daemon is one daemon as the planner sees it on one instance.
 type Daemon struct {
@@ -244,4 +245,4 @@ func repair(in Input, why string) string {
 // repairPrefix starts the reason of an auto-repair drain of a managed
 // instance, and of the drain the server makes when an agent reports a
 // critical daemon stopped (fleet's repairReason), whatever the instance.
-const repairPrefix = "auto-repair: "
+const repairPrefix = fleet.RepairPrefix
