@@ -18,13 +18,13 @@ type backedUp struct {
 	daemon, taskDef, daemonTaskDef string
 }
 
-func writeDefinitions(t *testing.T, c *ecs.Client) backedUp {
+func writeDefinitions(t *testing.T, c *ecs.Client, cluster string) backedUp {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("kept")}); err != nil {
+	if _, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String(cluster)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CreateCapacityProvider(ctx, &ecs.CreateCapacityProviderInput{Name: aws.String("kept-mi"), Cluster: aws.String("kept"),
+	if _, err := c.CreateCapacityProvider(ctx, &ecs.CreateCapacityProviderInput{Name: aws.String(cluster + "-mi"), Cluster: aws.String(cluster),
 		ManagedInstancesProvider: &types.CreateManagedInstancesProviderConfiguration{
 			InfrastructureRoleArn: aws.String("arn:aws:iam::123456789012:role/r"),
 			InstanceLaunchTemplate: &types.InstanceLaunchTemplate{Ec2InstanceProfileArn: aws.String("arn:aws:iam::123456789012:instance-profile/p"),
@@ -36,8 +36,8 @@ func writeDefinitions(t *testing.T, c *ecs.Client) backedUp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := c.CreateDaemon(ctx, &ecs.CreateDaemonInput{DaemonName: aws.String("d"), ClusterArn: aws.String("kept"),
-		DaemonTaskDefinitionArn: dtd.DaemonTaskDefinitionArn, CapacityProviderArns: []string{"kept-mi"}})
+	d, err := c.CreateDaemon(ctx, &ecs.CreateDaemonInput{DaemonName: aws.String("d"), ClusterArn: aws.String(cluster),
+		DaemonTaskDefinitionArn: dtd.DaemonTaskDefinitionArn, CapacityProviderArns: []string{cluster + "-mi"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func writeDefinitions(t *testing.T, c *ecs.Client) backedUp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String("kept"), ServiceName: aws.String("web"),
+	if _, err := c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String(cluster), ServiceName: aws.String("web"),
 		TaskDefinition: td.TaskDefinition.TaskDefinitionArn, DesiredCount: aws.Int32(0)}); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestBackupAndRestore(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := startServerProcess(t, freeAddr(t), "--data-dir", dir, "--provisioner", "none")
-	b := writeDefinitions(t, s.client())
+	b := writeDefinitions(t, s.client(), "kept")
 	snap := filepath.Join(t.TempDir(), "backup.db")
 	if out := capstanOut(t, "etcd", "snapshot", "save", "--data-dir", filepath.Join(dir, "etcd"), snap); !strings.Contains(out, "wrote "+snap) {
 		t.Fatalf("snapshot save: %s", out)

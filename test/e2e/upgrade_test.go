@@ -13,7 +13,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
-	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -118,35 +117,7 @@ func TestUpgradeFromEarlierCommit(t *testing.T) {
 
 	s := startServerBinary(t, old, dir)
 	c := s.client()
-	if _, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("up")}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.CreateCapacityProvider(ctx, &ecs.CreateCapacityProviderInput{Name: aws.String("up-mi"), Cluster: aws.String("up"),
-		ManagedInstancesProvider: &types.CreateManagedInstancesProviderConfiguration{
-			InfrastructureRoleArn: aws.String("arn:aws:iam::123456789012:role/r"),
-			InstanceLaunchTemplate: &types.InstanceLaunchTemplate{Ec2InstanceProfileArn: aws.String("arn:aws:iam::123456789012:instance-profile/p"),
-				NetworkConfiguration: &types.ManagedInstancesNetworkConfiguration{Subnets: []string{"s"}}}}}); err != nil {
-		t.Fatal(err)
-	}
-	dtd, err := c.RegisterDaemonTaskDefinition(ctx, &ecs.RegisterDaemonTaskDefinitionInput{Family: aws.String("agent"),
-		ContainerDefinitions: []types.DaemonContainerDefinition{{Name: aws.String("a"), Image: aws.String("x"), Memory: aws.Int32(64)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := c.CreateDaemon(ctx, &ecs.CreateDaemonInput{DaemonName: aws.String("d"), ClusterArn: aws.String("up"),
-		DaemonTaskDefinitionArn: dtd.DaemonTaskDefinitionArn, CapacityProviderArns: []string{"up-mi"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	td, err := c.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String("web"),
-		ContainerDefinitions: []types.ContainerDefinition{{Name: aws.String("w"), Image: aws.String("x"), Memory: aws.Int32(64)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.CreateService(ctx, &ecs.CreateServiceInput{Cluster: aws.String("up"), ServiceName: aws.String("web"),
-		TaskDefinition: td.TaskDefinition.TaskDefinitionArn, DesiredCount: aws.Int32(0)}); err != nil {
-		t.Fatal(err)
-	}
+	b := writeDefinitions(t, c, "up")
 	s.stopTERM(t)
 
 	// What the earlier build wrote, as this build sees it.
@@ -156,12 +127,12 @@ func TestUpgradeFromEarlierCommit(t *testing.T) {
 		if err != nil || len(cl.Clusters) != 1 {
 			t.Fatalf("%s: cluster: %+v %v", who, cl, err)
 		}
-		dd, err := c.DescribeDaemon(ctx, &ecs.DescribeDaemonInput{DaemonArn: d.DaemonArn})
-		if err != nil || dd.Daemon == nil || aws.ToString(dd.Daemon.DaemonArn) != aws.ToString(d.DaemonArn) {
+		dd, err := c.DescribeDaemon(ctx, &ecs.DescribeDaemonInput{DaemonArn: aws.String(b.daemon)})
+		if err != nil || dd.Daemon == nil || aws.ToString(dd.Daemon.DaemonArn) != b.daemon {
 			t.Fatalf("%s: daemon: %+v %v", who, dd, err)
 		}
 		sv, err := c.DescribeServices(ctx, &ecs.DescribeServicesInput{Cluster: aws.String("up"), Services: []string{"web"}})
-		if err != nil || len(sv.Services) != 1 || aws.ToString(sv.Services[0].TaskDefinition) != aws.ToString(td.TaskDefinition.TaskDefinitionArn) {
+		if err != nil || len(sv.Services) != 1 || aws.ToString(sv.Services[0].TaskDefinition) != b.taskDef {
 			t.Fatalf("%s: service: %+v %v", who, sv, err)
 		}
 	}
