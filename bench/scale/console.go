@@ -28,6 +28,8 @@ type pages struct {
 	changes []time.Time // when changes the pages show were seen, in order
 	delays  []time.Duration
 	events  int
+	bytes   int64 // of the events' data
+	html    int   // events that sent the whole part (the rest are patches)
 }
 
 // openPages signs k sessions in and opens their daemon pages' streams.
@@ -96,8 +98,8 @@ func (h *harness) openPages(ctx context.Context, k int, daemonArn string) (*page
 	return p, nil
 }
 
-// follow reads one page's stream: at each re-rendered part, the delay is
-// from the first change the page had not shown yet.
+// follow reads one page's stream: at each update (the whole part or a
+// patch), the delay is from the first change the page had not shown yet.
 func (p *pages) follow(resp *http.Response) {
 	defer p.wg.Done()
 	defer resp.Body.Close()
@@ -108,12 +110,21 @@ func (p *pages) follow(resp *http.Response) {
 		if err != nil {
 			return
 		}
-		if line != "event: html\n" {
+		if strings.HasPrefix(line, "data: ") {
+			p.mu.Lock()
+			p.bytes += int64(len(line) - len("data: "))
+			p.mu.Unlock()
+			continue
+		}
+		if line != "event: html\n" && line != "event: patch\n" {
 			continue
 		}
 		now := time.Now()
 		p.mu.Lock()
 		p.events++
+		if line == "event: html\n" {
+			p.html++
+		}
 		if shown >= 0 && shown+1 < len(p.changes) {
 			p.delays = append(p.delays, now.Sub(p.changes[shown+1]))
 		}
@@ -132,7 +143,10 @@ func (p *pages) report(r *Rollout, k int) {
 	p.close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r.ConsolePages, r.PageEvents = k, p.events
+	r.ConsolePages, r.PageEvents, r.PageWholeEvents = k, p.events, p.html
+	if p.events > 0 {
+		r.PageBytesPerEvent = float64(p.bytes) / float64(p.events)
+	}
 	sort.Slice(p.delays, func(i, j int) bool { return p.delays[i] < p.delays[j] })
 	r.PageDelayP50Ms = float64(pct(p.delays, 0.50)) / 1e6
 	r.PageDelayP99Ms = float64(pct(p.delays, 0.99)) / 1e6

@@ -145,10 +145,14 @@ type Rollout struct {
 	HeapLiveMiB     float64 `json:"heap_live_mib"`
 	// ConsolePages live daemon pages were open (-console-pages); the
 	// delay is from a change they show to their re-rendered part.
-	ConsolePages   int     `json:"console_pages,omitempty"`
-	PageEvents     int     `json:"page_events,omitempty"`
-	PageDelayP50Ms float64 `json:"page_delay_p50_ms,omitempty"`
-	PageDelayP99Ms float64 `json:"page_delay_p99_ms,omitempty"`
+	ConsolePages int `json:"console_pages,omitempty"`
+	PageEvents   int `json:"page_events,omitempty"`
+	// PageWholeEvents of them carried the whole live part, the rest
+	// patches; PageBytesPerEvent is their mean data size.
+	PageWholeEvents   int     `json:"page_whole_events,omitempty"`
+	PageBytesPerEvent float64 `json:"page_bytes_per_event,omitempty"`
+	PageDelayP50Ms    float64 `json:"page_delay_p50_ms,omitempty"`
+	PageDelayP99Ms    float64 `json:"page_delay_p99_ms,omitempty"`
 }
 
 // Machine describes where the numbers were taken.

@@ -85,7 +85,7 @@ func printTable(w io.Writer, r *Report) {
 		fmt.Fprintf(tw, "UpdateDaemon drainPercent %v → SUCCESSFUL\t%s\t%s, %d/%d on target, %.1f s stolen, server CPU %.1f s\n", ro.DrainPercent, secs(ro.Seconds), ro.Status,
 			ro.OnTarget, ro.OnTarget+ro.Remaining, ro.StealSeconds, ro.ServerCPUSeconds)
 		if ro.ConsolePages > 0 {
-			fmt.Fprintf(tw, "  with %d live console pages: change → page\tp50 %.0f ms, p99 %.0f ms\t%d events\n", ro.ConsolePages, ro.PageDelayP50Ms, ro.PageDelayP99Ms, ro.PageEvents)
+			fmt.Fprintf(tw, "  with %d live console pages: change → page\tp50 %.0f ms, p99 %.0f ms\t%d events (%d whole), %.0f bytes each\n", ro.ConsolePages, ro.PageDelayP50Ms, ro.PageDelayP99Ms, ro.PageEvents, ro.PageWholeEvents, ro.PageBytesPerEvent)
 		}
 		printWrites(tw, ro.Writes, r.Instances)
 		printReconciles(tw, ro.Reconciles)

@@ -17,6 +17,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/api"
 	"github.com/capstanhq/capstan/internal/auth"
+	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -46,7 +49,10 @@ type Config struct {
 	// actions a user may not take; the call itself is authorized again.
 	Authorize api.Authorizer
 	// Store is followed to push rollout changes to open pages.
-	Store  *store.Store
+	Store *store.Store
+	// Fleet, when set, gives the rollout grid from the fleet view the API
+	// keeps (else it is read through the API).
+	Fleet  *fleet.State
 	Region string
 	// Secure marks the cookies Secure (the server speaks TLS).
 	Secure      bool
@@ -64,6 +70,11 @@ type Console struct {
 	pages    *pageTemplates
 	mux      *http.ServeMux
 	live     *hub
+	// views are the shared renders of the open live daemon pages, by
+	// daemon ARN; renders counts renders of any of them.
+	viewsMu sync.Mutex
+	views   map[string]*liveView
+	renders atomic.Int64
 }
 
 // New returns the console; it follows the store until ctx ends.
@@ -77,7 +88,7 @@ func New(ctx context.Context, cfg Config) *Console {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	c := &Console{ctx: ctx, cfg: cfg, sessions: newSessions(cfg.IdleTimeout, cfg.Now), signins: newSigninLimiter(cfg.Now), pages: loadTemplates()}
+	c := &Console{ctx: ctx, cfg: cfg, sessions: newSessions(cfg.IdleTimeout, cfg.Now), signins: newSigninLimiter(cfg.Now), pages: loadTemplates(), views: map[string]*liveView{}}
 	c.live = newHub(ctx, cfg.Store)
 	c.pages.extend()
 	static, _ := fs.Sub(assets, "static")

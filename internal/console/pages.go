@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -449,6 +450,8 @@ type cell struct {
 	State    string // launching, on-target, old, draining, none
 	Color    int    // index of the revision in the legend
 	Title    string
+	Task     string // the daemon task's ID, for its link
+	Cluster  string
 }
 
 type daemonView struct {
@@ -467,6 +470,9 @@ type daemonView struct {
 	// re-rendered alone) and why it is greyed, "" when it is offered.
 	CSRF       string
 	StopDenied string
+	// StopSlot, in a render shared by several sessions, stands where each
+	// one's stop form goes.
+	StopSlot template.HTML
 }
 
 // daemonView gathers the daemon page: the daemon, its revisions and
@@ -526,8 +532,13 @@ func (c *Console) daemonView(r *http.Request, s *session, arn string) (*daemonVi
 }
 
 // cells colours every instance of the daemon's cluster by the revision
-// of its daemon task and the task's state.
+// of its daemon task and the task's state: from the fleet view when the
+// session may list the cluster's instances and tasks, else through the API
+// (which then answers with its own refusal).
 func (c *Console) cells(r *http.Request, s *session, v *daemonView) error {
+	if c.cfg.Fleet != nil && c.cellsDenied(r, s, v.Daemon.ClusterArn) == "" {
+		return c.fleetCells(r, s, v)
+	}
 	cl := v.Daemon.ClusterArn
 	insts, err := c.containerInstances(r, s, cl)
 	if err != nil {
@@ -547,48 +558,119 @@ func (c *Console) cells(r *http.Request, s *session, v *daemonView) error {
 		}
 		onInstance[t.ContainerInstanceArn] = t
 	}
-	legend := map[string]int{}
-	for i := len(v.Revisions) - 1; i >= 0; i-- { // oldest first: colours stay put as revisions come
-		l := revisionLabel(v.Revisions[i].DaemonTaskDefinitionArn)
-		if _, ok := legend[l]; !ok {
-			legend[l] = len(v.Legend)
-			v.Legend = append(v.Legend, l)
-		}
-	}
+	g := v.grid()
 	sort.Slice(insts, func(i, j int) bool { return insts[i].ContainerInstanceArn < insts[j].ContainerInstanceArn })
 	for _, ci := range insts {
 		if ci.Status == "INACTIVE" {
 			continue
 		}
-		cl := cell{ID: lastPart(ci.ContainerInstanceArn), State: "none", Color: -1}
 		t, ok := onInstance[ci.ContainerInstanceArn]
+		rev := ""
 		if ok {
-			cl.Revision = revisionLabel(t.TaskDefinitionArn)
-			if i, ok := legend[cl.Revision]; ok {
-				cl.Color = i
-			} else {
-				cl.Color = len(v.Legend)
-				legend[cl.Revision] = cl.Color
-				v.Legend = append(v.Legend, cl.Revision)
-			}
+			rev = revisionLabel(t.TaskDefinitionArn)
 		}
-		switch {
-		case ci.Status == "DRAINING" || ci.Status == "DEREGISTERING":
-			cl.State = "draining"
-		case ci.Status == "REGISTERING" || ok && t.LastStatus != "RUNNING":
-			cl.State = "launching"
-		case ok && (v.Target == "" || cl.Revision == v.Target):
-			cl.State = "on-target"
-		case ok:
-			cl.State = "old"
-		}
-		cl.Title = fmt.Sprintf("%s: %s", cl.ID, cl.State)
-		if cl.Revision != "" {
-			cl.Title += " (" + cl.Revision + ")"
-		}
-		v.Cells = append(v.Cells, cl)
+		g.add(lastPart(ci.ContainerInstanceArn), ci.Status, rev, lastPart(t.TaskArn), t.LastStatus)
 	}
 	return nil
+}
+
+// cellsDenied is why the session may not see the cluster's instances and
+// tasks ("" when it may): the listing calls, asked of the API's
+// authorizer for the cluster.
+func (c *Console) cellsDenied(r *http.Request, s *session, clusterArn string) string {
+	req, _ := json.Marshal(map[string]string{"cluster": clusterArn})
+	for _, op := range []string{"ListContainerInstances", "ListTasks"} {
+		if why := c.allowed(r, s, op, json.RawMessage(req)); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+// fleetCells fills the grid from the fleet view: no record is decoded.
+func (c *Console) fleetCells(r *http.Request, s *session, v *daemonView) error {
+	dcs, err := c.cfg.Fleet.DaemonCells(r.Context(), v.Cluster, v.Name, nil)
+	if err != nil {
+		return err
+	}
+	// Revisions older than the deployments listed are described once.
+	var unknown []string
+	for _, dc := range dcs {
+		if dc.RevisionArn != "" && v.RevLabel[dc.RevisionArn] == "" && !slices.Contains(unknown, dc.RevisionArn) {
+			unknown = append(unknown, dc.RevisionArn)
+		}
+	}
+	for chunk := range slices.Chunk(unknown, 20) {
+		var out shapes.DescribeDaemonRevisionsResponse
+		if err := c.call(r, s, "DescribeDaemonRevisions", map[string]any{"daemonRevisionArns": chunk}, &out); err != nil {
+			return err
+		}
+		for _, rv := range out.DaemonRevisions {
+			v.RevLabel[rv.DaemonRevisionArn] = revisionLabel(rv.DaemonTaskDefinitionArn)
+		}
+	}
+	g := v.grid()
+	for _, dc := range dcs {
+		rev := ""
+		if dc.TaskID != "" {
+			if rev = v.RevLabel[dc.RevisionArn]; rev == "" {
+				rev = lastPart(dc.RevisionArn)
+			}
+		}
+		g.add(dc.ID, dc.Status, rev, dc.TaskID, dc.TaskLast)
+	}
+	return nil
+}
+
+// grid builds v's cells and legend.
+type grid struct {
+	v      *daemonView
+	legend map[string]int
+}
+
+func (v *daemonView) grid() *grid {
+	g := &grid{v: v, legend: map[string]int{}}
+	for i := len(v.Revisions) - 1; i >= 0; i-- { // oldest first: colours stay put as revisions come
+		l := revisionLabel(v.Revisions[i].DaemonTaskDefinitionArn)
+		if _, ok := g.legend[l]; !ok {
+			g.legend[l] = len(v.Legend)
+			v.Legend = append(v.Legend, l)
+		}
+	}
+	return g
+}
+
+// add is one instance (its ID and status) with the daemon's task on it:
+// its revision label, ID and last status ("" when it has none).
+func (g *grid) add(id, status, rev, taskID, taskLast string) {
+	v := g.v
+	cl := cell{ID: id, State: "none", Color: -1, Cluster: v.Cluster}
+	ok := rev != ""
+	if ok {
+		cl.Revision, cl.Task = rev, taskID
+		if i, found := g.legend[rev]; found {
+			cl.Color = i
+		} else {
+			cl.Color = len(v.Legend)
+			g.legend[rev] = cl.Color
+			v.Legend = append(v.Legend, rev)
+		}
+	}
+	switch {
+	case status == "DRAINING" || status == "DEREGISTERING":
+		cl.State = "draining"
+	case status == "REGISTERING" || ok && taskLast != "RUNNING":
+		cl.State = "launching"
+	case ok && (v.Target == "" || cl.Revision == v.Target):
+		cl.State = "on-target"
+	case ok:
+		cl.State = "old"
+	}
+	cl.Title = fmt.Sprintf("%s: %s", cl.ID, cl.State)
+	if cl.Revision != "" {
+		cl.Title += " (" + cl.Revision + ")"
+	}
+	v.Cells = append(v.Cells, cl)
 }
 
 func (c *Console) daemonPage(w http.ResponseWriter, r *http.Request, s *session) {
@@ -607,7 +689,12 @@ func (c *Console) daemonPage(w http.ResponseWriter, r *http.Request, s *session)
 	if len(v.Revisions) > 0 {
 		up.DaemonTaskDefinitionArn = v.Revisions[0].DaemonTaskDefinitionArn
 	}
-	c.render(w, r, http.StatusOK, "daemon", s, map[string]any{"V": v, "UpdateDenied": c.allowed(r, s, "UpdateDaemon", up)})
+	live, err := c.liveParts(v)
+	if err != nil {
+		c.fail(w, r, s, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "daemon", s, map[string]any{"V": v, "Live": template.HTML(live.frame()), "UpdateDenied": c.allowed(r, s, "UpdateDaemon", up)})
 }
 
 // preview is CapstanV1.PreviewDaemonUpdate's answer, as shown.

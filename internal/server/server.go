@@ -415,7 +415,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	// The web console calls h as its signed-in users (internal/console).
 	consoleCtx, stopConsole := context.WithCancel(context.Background())
 	mux.Handle(console.Prefix, console.New(consoleCtx, console.Config{API: h, Lookup: lookup, Authorize: ops.Authorizer(authorizer),
-		Store: st, Region: cfg.Region, Secure: cfg.tlsEnabled(), Log: cfg.Log}))
+		Store: st, Fleet: svc, Region: cfg.Region, Secure: cfg.tlsEnabled(), Log: cfg.Log}))
 
 	s := &Server{
 		reconciles:     counts,

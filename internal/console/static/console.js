@@ -13,12 +13,38 @@
   tick();
   var live = document.getElementById("live");
   if (!live || !window.EventSource) return;
-  var es = new EventSource(live.dataset.src);
-  es.addEventListener("html", function (e) {
-    // Server-rendered and escaped by its templates.
-    live.innerHTML = e.data;
+  var es = new EventSource(live.dataset.src), cells = {};
+  function index() {
+    cells = {};
+    live.querySelectorAll("#cells > li").forEach(function (li) { cells[li.dataset.instance] = li; });
+  }
+  index();
+  function updated() {
     live.dataset.updated = String(Date.now());
     tick();
+  }
+  // Parts and cells are server-rendered and escaped by its templates.
+  es.addEventListener("html", function (e) {
+    live.innerHTML = e.data;
+    index();
+    updated();
+  });
+  // A patch carries only what changed: parts whole, cells one by one.
+  es.addEventListener("patch", function (e) {
+    var p = JSON.parse(e.data);
+    ["head", "legend", "deps"].forEach(function (k) {
+      var el = document.getElementById("live-" + k);
+      if (el && typeof p[k] === "string") el.innerHTML = p[k];
+    });
+    (p.cells || []).forEach(function (c) {
+      var old = cells[c[0]], t = document.createElement("template");
+      if (!old) return;
+      t.innerHTML = c[1];
+      var n = t.content.firstElementChild;
+      old.replaceWith(n);
+      cells[c[0]] = n;
+    });
+    updated();
   });
   es.addEventListener("end", function () { es.close(); });
 })();
