@@ -27,7 +27,7 @@ func (s *Store) fillCold(ctx context.Context, kvs []kv) ([]kv, error) {
 		if j-i > 1 {
 			opts = append(opts, clientv3.WithRange(kvs[j-1].key+"\x00"))
 		}
-		resp, err := s.client.Get(ctx, kvs[i].key, opts...)
+		resp, err := s.get(ctx, kvs[i].key, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("read %s from etcd: %w", kvs[i].key[len(s.prefix):], err)
 		}

@@ -18,7 +18,9 @@ type Lease struct {
 
 // Grant creates a lease with the given TTL.
 func (s *Store) Grant(ctx context.Context, ttl time.Duration) (*Lease, error) {
-	r, err := s.client.Grant(ctx, int64(max(ttl/time.Second, 1)))
+	r, err := bounded(ctx, func(c context.Context) (*clientv3.LeaseGrantResponse, error) {
+		return s.client.Grant(c, int64(max(ttl/time.Second, 1)))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", classify(err))
 	}
@@ -44,7 +46,7 @@ func (l *Lease) Keep(ctx context.Context) (<-chan struct{}, error) {
 
 // Revoke ends the lease now, deleting its keys.
 func (l *Lease) Revoke(ctx context.Context) error {
-	rev, err := l.s.client.Revoke(ctx, l.id)
+	rev, err := bounded(ctx, func(c context.Context) (*clientv3.LeaseRevokeResponse, error) { return l.s.client.Revoke(c, l.id) })
 	if err != nil {
 		return fmt.Errorf("revoke lease: %w", err)
 	}

@@ -62,7 +62,7 @@ func (s *Store) Schema(ctx context.Context) (version, minVersion int, err error)
 // readSchema reads the schema record and its revision (0: none).
 func (s *Store) readSchema(ctx context.Context) (rec schemaRecord, rev int64, err error) {
 	key := s.prefix + schemaKey
-	resp, err := s.client.Get(ctx, key)
+	resp, err := s.get(ctx, key)
 	if err != nil {
 		return rec, 0, fmt.Errorf("store: read the schema version: %w", err)
 	}

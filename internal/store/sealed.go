@@ -218,7 +218,7 @@ func (c *AgentCredential) InClear() bool {
 // RawJSON is the JSON of the value etcd holds at key, read from etcd
 // itself: what a copy of etcd's data shows of it.
 func (s *Store) RawJSON(ctx context.Context, key string) ([]byte, error) {
-	resp, err := s.client.Get(ctx, s.prefix+key)
+	resp, err := s.get(ctx, s.prefix+key)
 	if err != nil {
 		return nil, err
 	}

@@ -74,6 +74,7 @@ type Store struct {
 	maxTxnOps int
 	sealer    Sealer
 	space     *space
+	reach     *reach // whether etcd answers (reach.go)
 	// rotating: the secrets in etcd are sealed under a previous key of
 	// sealer's, recorded at sealerRev (sealed.go).
 	rotating  bool
@@ -92,7 +93,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.MaxTxnOps < 0 {
 		return nil, errors.New("store: MaxTxnOps must not be negative")
 	}
-	s := &Store{prefix: cfg.Prefix, log: cfg.Logger, done: make(chan struct{}), maxTxnOps: cfg.MaxTxnOps, sealer: cfg.Sealer}
+	s := &Store{prefix: cfg.Prefix, log: cfg.Logger, done: make(chan struct{}), maxTxnOps: cfg.MaxTxnOps, sealer: cfg.Sealer, reach: newReach()}
 	s.defrags.minBytes = cfg.DefragMinBytes
 	if s.defrags.minBytes <= 0 {
 		s.defrags.minBytes = DefragMinBytes
@@ -146,6 +147,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		watched := make(chan struct{})
 		go func() { defer close(watched); s.watchSpace(runCtx) }()
 		defer func() { <-watched }()
+		probed := make(chan struct{})
+		go func() { defer close(probed); s.probe(runCtx) }()
+		defer func() { <-probed }()
 		if s.embedded == nil {
 			s.cache.run(runCtx)
 			return

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // ErrUnavailable is a write etcd did not answer in time or refused for
@@ -15,10 +16,29 @@ import (
 // reach it. The write may still be applied if a leader had it in its log.
 var ErrUnavailable = errors.New("the store (etcd) is unavailable: no quorum, or not reachable from this server; the write may not have been applied, retry later")
 
-// commitTimeout bounds one transaction: etcd answers a healthy one in
-// milliseconds and times out its own requests after about 7 s, but a call
-// to a member that stopped answering (stopped, or cut off) would hang.
+// commitTimeout bounds one transaction, and every other call to etcd
+// that does not come from the cache (direct reads, lease grants and
+// revocations): etcd answers a healthy one in milliseconds and times out
+// its own requests after about 7 s, but a call to a member that stopped
+// answering (stopped, or cut off) would hang.
 const commitTimeout = 10 * time.Second
+
+// bounded makes one etcd call with commitTimeout, its failure for want of
+// a quorum or an answer being ErrUnavailable.
+func bounded[T any](ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	cctx, cancel := context.WithTimeout(ctx, commitTimeout)
+	defer cancel()
+	r, err := call(cctx)
+	if err != nil && unavailable(ctx, err) {
+		err = unavailableErr(err)
+	}
+	return r, err
+}
+
+// get reads from etcd itself, bounded as a transaction is.
+func (s *Store) get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	return bounded(ctx, func(c context.Context) (*clientv3.GetResponse, error) { return s.client.Get(c, key, opts...) })
+}
 
 // unavailable says whether err is etcd lacking a leader or a quorum, or
 // the commit's own deadline (ctx is the caller's, not yet done).
