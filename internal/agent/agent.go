@@ -205,14 +205,14 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 		if err != nil {
 			return err
 		}
-		if mdListener, err = net.Listen("tcp", cfg.MetadataAddr); err != nil {
+		// Several agents on one host (local instances) each take a free
+		// port, the same one after a restart (metadataport.go).
+		var addr string
+		if mdListener, addr, err = listenMetadata(db, cfg.MetadataAddr, log); err != nil {
 			return fmt.Errorf("task metadata endpoint on %s (CAPSTAN_METADATA_ADDR): %w", cfg.MetadataAddr, err)
 		}
 		defer mdListener.Close()
-		if host, port, _ := net.SplitHostPort(cfg.MetadataAddr); port == "0" {
-			// Several agents on one host (local instances) each take a free port.
-			cfg.MetadataAddr = net.JoinHostPort(host, strconv.Itoa(mdListener.Addr().(*net.TCPAddr).Port))
-		}
+		cfg.MetadataAddr = addr
 		md = metadata.New(metadata.Config{Source: src, Runtime: rt, Addr: cfg.MetadataURIAddr("bridge"), HostAddr: cfg.MetadataURIAddr("host"),
 			Key: key, RPS: cfg.MetadataRPS, Burst: cfg.MetadataBurst, Log: log})
 		metadataURI = md.URIFor
