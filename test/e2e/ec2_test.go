@@ -217,35 +217,14 @@ func instanceState(t *testing.T, c *ec2.Client, id string) ec2types.InstanceStat
 // none it did not launch.
 func TestEC2Provisioner(t *testing.T) {
 	ctx := context.Background()
-	motoURL := startMoto(t)
-	ec := ec2Client(motoURL)
-	t.Setenv("AWS_ACCESS_KEY_ID", "testing")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "testing")
-	t.Setenv("AWS_REGION", "us-east-1")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-	imgs, err := ec.DescribeImages(ctx, &ec2.DescribeImagesInput{Owners: []string{"amazon"},
-		Filters: []ec2types.Filter{{Name: aws.String("architecture"), Values: []string{"x86_64"}}, {Name: aws.String("name"), Values: []string{"amzn-ami-hvm-*"}}}})
-	if err != nil || len(imgs.Images) == 0 {
-		t.Fatalf("no x86_64 image in moto: %v", err)
-	}
-	image := aws.ToString(imgs.Images[0].ImageId)
-	subnets, err := ec.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{})
-	if err != nil || len(subnets.Subnets) == 0 {
-		t.Fatalf("no subnet in moto: %v", err)
-	}
-	subnet := aws.ToString(subnets.Subnets[0].SubnetId)
+	m := newMotoAccount(t, "capstan-instance")
+	motoURL, ec, image, profile := m.url, m.ec, m.image, m.profile
+	subnet := aws.ToString(m.subnet.SubnetId)
 	sg, err := ec.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{GroupName: aws.String("capstan-instances"), Description: aws.String("capstan"),
-		VpcId: subnets.Subnets[0].VpcId})
+		VpcId: m.subnet.VpcId})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ic := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: aws.String(motoURL), Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", "")})
-	ip, err := ic.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: aws.String("capstan-instance")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	profile := aws.ToString(ip.InstanceProfile.Arn)
 	// Instances Capstan did not launch: one untagged, one a user tagged
 	// with an owner of their own. Neither may be touched.
 	foreign := func(tags []ec2types.Tag) string {
@@ -577,4 +556,42 @@ func TestEC2ProvisionerBadStart(t *testing.T) {
 			t.Errorf("capstan server %v: %v, output without %q:\n%s", c.args, err, c.want, out)
 		}
 	}
+}
+
+// motoAccount is a moto EC2 and IAM with what a launch template needs: an
+// x86_64 image, a subnet and an instance profile; the AWS environment
+// points the server's SDK at moto's test credentials.
+type motoAccount struct {
+	url, image, profile string
+	ec                  *ec2.Client
+	subnet              ec2types.Subnet
+}
+
+func newMotoAccount(t *testing.T, profileName string) motoAccount {
+	t.Helper()
+	ctx := context.Background()
+	m := motoAccount{url: startMoto(t)}
+	m.ec = ec2Client(m.url)
+	t.Setenv("AWS_ACCESS_KEY_ID", "testing")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "testing")
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	imgs, err := m.ec.DescribeImages(ctx, &ec2.DescribeImagesInput{Owners: []string{"amazon"},
+		Filters: []ec2types.Filter{{Name: aws.String("architecture"), Values: []string{"x86_64"}}, {Name: aws.String("name"), Values: []string{"amzn-ami-hvm-*"}}}})
+	if err != nil || len(imgs.Images) == 0 {
+		t.Fatalf("no x86_64 image in moto: %v", err)
+	}
+	m.image = aws.ToString(imgs.Images[0].ImageId)
+	subnets, err := m.ec.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{})
+	if err != nil || len(subnets.Subnets) == 0 {
+		t.Fatalf("no subnet in moto: %v", err)
+	}
+	m.subnet = subnets.Subnets[0]
+	ic := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: aws.String(m.url), Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", "")})
+	ip, err := ic.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: aws.String(profileName)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.profile = aws.ToString(ip.InstanceProfile.Arn)
+	return m
 }

@@ -14,12 +14,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
-	"github.com/aws/aws-sdk-go-v2/service/iam"
 
 	ec2prov "github.com/capstanhq/capstan/internal/provision/ec2"
 )
@@ -74,31 +71,13 @@ func (l *runInstancesLog) forProvider(cp string) []url.Values {
 // --agent-env, so the booted agent runs with them.
 func TestEC2PurchaseOptions(t *testing.T) {
 	ctx := context.Background()
-	motoURL := startMoto(t)
-	ec := ec2Client(motoURL)
-	t.Setenv("AWS_ACCESS_KEY_ID", "testing")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "testing")
-	t.Setenv("AWS_REGION", "us-east-1")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	imgs, err := ec.DescribeImages(ctx, &ec2.DescribeImagesInput{Owners: []string{"amazon"},
-		Filters: []ec2types.Filter{{Name: aws.String("architecture"), Values: []string{"x86_64"}}, {Name: aws.String("name"), Values: []string{"amzn-ami-hvm-*"}}}})
-	if err != nil || len(imgs.Images) == 0 {
-		t.Fatalf("no x86_64 image in moto: %v", err)
-	}
-	subnets, err := ec.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{})
-	if err != nil || len(subnets.Subnets) == 0 {
-		t.Fatalf("no subnet in moto: %v", err)
-	}
-	ic := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: aws.String(motoURL), Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", "")})
-	ip, err := ic.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: aws.String("capstan-purchase")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newMotoAccount(t, "capstan-purchase")
+	motoURL, ec := m.url, m.ec
 	log := &runInstancesLog{}
 	endpoint := log.proxy(t, motoURL)
 	boots := newMachines(t, ec)
 	p := startEC2Server(t, freeAddr(t), "--data-dir", t.TempDir(), "--provisioner", "ec2", "--ec2-endpoint", endpoint,
-		"--ec2-image-id", aws.ToString(imgs.Images[0].ImageId), "--agent-env", "ECS_IMAGE_PULL_BEHAVIOR=always", "--agent-env", "ECS_CONTAINER_STOP_TIMEOUT=40s")
+		"--ec2-image-id", m.image, "--agent-env", "ECS_IMAGE_PULL_BEHAVIOR=always", "--agent-env", "ECS_CONTAINER_STOP_TIMEOUT=40s")
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("server log:\n%s", p.log)
@@ -109,8 +88,8 @@ func TestEC2PurchaseOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	provider := func(name string, lt types.InstanceLaunchTemplate, tags ...types.Tag) {
-		lt.Ec2InstanceProfileArn = ip.InstanceProfile.Arn
-		lt.NetworkConfiguration = &types.ManagedInstancesNetworkConfiguration{Subnets: []string{aws.ToString(subnets.Subnets[0].SubnetId)}}
+		lt.Ec2InstanceProfileArn = aws.String(m.profile)
+		lt.NetworkConfiguration = &types.ManagedInstancesNetworkConfiguration{Subnets: []string{aws.ToString(m.subnet.SubnetId)}}
 		lt.InstanceRequirements = &types.InstanceRequirementsRequest{VCpuCount: &types.VCpuCountRangeRequest{Min: aws.Int32(2), Max: aws.Int32(2)},
 			MemoryMiB: &types.MemoryMiBRequest{Min: aws.Int32(4096), Max: aws.Int32(4096)}, AllowedInstanceTypes: []string{"c5.large"}}
 		if _, err := f.c.CreateCapacityProvider(ctx, &ecs.CreateCapacityProviderInput{Name: aws.String(name), Cluster: aws.String(f.cluster), Tags: tags,
