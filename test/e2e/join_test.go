@@ -199,21 +199,8 @@ func joinedAutoRepair(t *testing.T, r *rollout, machines []string) {
 		t.Fatal("no service task to repair under")
 	}
 	victim := aws.ToString(apps[0].ContainerInstanceArn)
-	old := ""
-	for _, dt := range r.daemonTasks("agentd", "RUNNING") {
-		if aws.ToString(dt.ContainerInstanceArn) == victim {
-			old = aws.ToString(dt.TaskArn)
-		}
-	}
-	out, err := exec.Command("docker", "ps", "-q", "--filter", "label=com.capstan.task-arn="+old).Output()
-	id := strings.TrimSpace(string(out))
-	if err != nil || id == "" || strings.Contains(id, "\n") {
-		t.Fatalf("daemon container of %s: %q %v", old, id, err)
-	}
 	begin := time.Now()
-	if out, err := exec.Command("docker", "kill", id).CombinedOutput(); err != nil {
-		t.Fatalf("docker kill: %v %s", err, out)
-	}
+	old := killDaemonOn(t, r, victim)
 	eventually(t, 3*time.Minute, "the machine repaired in place: ACTIVE with a new daemon task", func() bool {
 		if aws.ToString(r.instance(victim).Status) != "ACTIVE" {
 			return false
