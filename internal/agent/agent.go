@@ -227,7 +227,12 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 		return err
 	}
 	src.eng = eng
-	sess := session.New(session.Config{Endpoint: cfg.Endpoint, Endpoints: cfg.Endpoints, CABundle: cfg.CABundle, AccessKeyID: cfg.AccessKeyID, SecretKey: cfg.SecretAccessKey.Reveal(),
+	known := cfg.Endpoints
+	if len(known) == 0 {
+		known = []string{cfg.Endpoint}
+	}
+	endpoints := learnEndpoints(ctx, client, cfg.Cluster, instanceArn, known, log) // discover.go
+	sess := session.New(session.Config{Endpoint: cfg.Endpoint, Endpoints: endpoints, CABundle: cfg.CABundle, AccessKeyID: cfg.AccessKeyID, SecretKey: cfg.SecretAccessKey.Reveal(),
 		Region: cfg.Region, InstanceArn: instanceArn, AgentVersion: Version, Store: db, Engine: eng, Logs: logs.Reader{RT: rt}, Exec: session.ContainerExec{RT: rt}, HTTPClient: o.HTTPClient, Log: log})
 
 	var metricsServer *http.Server

@@ -345,9 +345,9 @@ func (s *Service) DeregisterContainerInstance(ctx context.Context, req *shapes.D
 	return s.Deregister(ctx, req, "TaskFailedToStart", "Container instance deregistration forced by a user")
 }
 
-func (s *Service) DiscoverPollEndpoint(ctx context.Context, req *shapes.DiscoverPollEndpointRequest) (*shapes.DiscoverPollEndpointResponse, error) {
+func (s *Service) DiscoverPollEndpoint(ctx context.Context, req *shapes.DiscoverPollEndpointRequest) (*DiscoverPollResponse, error) {
 	if s.Endpoint() == "" {
 		return nil, fmt.Errorf("no advertised endpoint configured")
 	}
-	return &shapes.DiscoverPollEndpointResponse{Endpoint: s.Endpoint(), TelemetryEndpoint: s.Endpoint()}, nil
+	return discoverPoll(s.Endpoint()) // discoverpoll.go
 }
