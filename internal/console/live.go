@@ -507,7 +507,7 @@ func (v *liveView) render() bool {
 		snap.head = []byte(`<p class="error">` + template.HTMLEscapeString(err.Error()) + `</p>`)
 	} else {
 		dv.CSRF, dv.StopDenied, dv.StopSlot = "", "", stopMarker
-		p, err := c.liveParts(dv)
+		p, err := c.livePartsAfter(dv, prev)
 		if err != nil {
 			c.cfg.Log.Error("console live render", "daemon", v.arn, "err", err)
 			return true
@@ -541,10 +541,22 @@ type liveParts struct {
 	head, legend, deps []byte
 	ids                []string
 	cells              [][]byte
+	vals               []cell // what each cell shows
 }
 
-func (c *Console) liveParts(v *daemonView) (*liveParts, error) {
-	p := &liveParts{ids: make([]string, len(v.Cells)), cells: make([][]byte, len(v.Cells))}
+func (c *Console) liveParts(v *daemonView) (*liveParts, error) { return c.livePartsAfter(v, nil) }
+
+// livePartsAfter renders v's parts, taking each cell that shows what it
+// did in prev from there: in a rollout most cells stay as they were.
+func (c *Console) livePartsAfter(v *daemonView, prev *liveSnap) (*liveParts, error) {
+	p := &liveParts{ids: make([]string, len(v.Cells)), cells: make([][]byte, len(v.Cells)), vals: v.Cells}
+	var was map[string]int
+	if prev != nil {
+		was = make(map[string]int, len(prev.ids))
+		for i, id := range prev.ids {
+			was[id] = i
+		}
+	}
 	var buf bytes.Buffer
 	for _, part := range []struct {
 		name string
@@ -557,6 +569,10 @@ func (c *Console) liveParts(v *daemonView) (*liveParts, error) {
 		*part.out = bytes.Clone(buf.Bytes())
 	}
 	for i := range v.Cells {
+		if j, ok := was[v.Cells[i].ID]; ok && prev.vals[j] == v.Cells[i] {
+			p.ids[i], p.cells[i] = v.Cells[i].ID, prev.cells[j]
+			continue
+		}
 		buf.Reset()
 		if err := c.pages.fragment(&buf, "cell", &v.Cells[i]); err != nil {
 			return nil, err
@@ -598,6 +614,8 @@ type liveSnap struct {
 	full                                    bool
 	headChanged, legendChanged, depsChanged bool
 	changed                                 []int
+	restOnce                                sync.Once
+	rest                                    []byte // the patch but its head
 }
 
 // diff notes what changed from prev; false when nothing did.
@@ -636,29 +654,44 @@ func (s *liveSnap) frame(stop []byte) []byte {
 // changed (head also when the session's stop form did) and the changed
 // cells as [instance ID, HTML] pairs.
 func (s *liveSnap) patch(stop []byte, stopChanged bool) []byte {
-	var p struct {
-		Head   *string     `json:"head,omitempty"`
-		Legend *string     `json:"legend,omitempty"`
-		Deps   *string     `json:"deps,omitempty"`
-		Cells  [][2]string `json:"cells,omitempty"`
+	// All but the head is the same for every page: encoded once.
+	s.restOnce.Do(func() {
+		var p struct {
+			Legend *string     `json:"legend,omitempty"`
+			Deps   *string     `json:"deps,omitempty"`
+			Cells  [][2]string `json:"cells,omitempty"`
+		}
+		str := func(b []byte) *string { x := string(b); return &x }
+		if s.legendChanged {
+			p.Legend = str(s.legend)
+		}
+		if s.depsChanged {
+			p.Deps = str(s.deps)
+		}
+		for _, i := range s.changed {
+			p.Cells = append(p.Cells, [2]string{s.ids[i], string(s.cells[i])})
+		}
+		s.rest = encodeJSON(p)
+	})
+	if !s.headChanged && !stopChanged {
+		return s.rest
 	}
-	str := func(b []byte) *string { x := string(b); return &x }
-	if s.headChanged || stopChanged {
-		p.Head = str(bytes.Replace(s.head, []byte(stopMarker), stop, 1))
+	head := encodeJSON(string(bytes.Replace(s.head, []byte(stopMarker), stop, 1)))
+	b := make([]byte, 0, len(head)+len(s.rest)+10)
+	b = append(append(append(b, `{"head":`...), head...), ',')
+	if len(s.rest) > 2 {
+		return append(b, s.rest[1:]...)
 	}
-	if s.legendChanged {
-		p.Legend = str(s.legend)
-	}
-	if s.depsChanged {
-		p.Deps = str(s.deps)
-	}
-	for _, i := range s.changed {
-		p.Cells = append(p.Cells, [2]string{s.ids[i], string(s.cells[i])})
-	}
+	return append(b[:len(b)-1], '}')
+}
+
+// encodeJSON is v as JSON, '<' and '&' left as they are: an event's data
+// is never read as part of a page.
+func encodeJSON(v any) []byte {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false) // an event's data, never inside a page
-	enc.Encode(p)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
