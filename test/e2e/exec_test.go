@@ -236,38 +236,19 @@ func TestExec(t *testing.T) {
 	})
 
 	// A user allowed DescribeTasks but not ecs:ExecuteCommand is refused.
-	needAWS(t)
-	root := f.srv.Env()
-	mustAWS := func(args ...string) string {
-		t.Helper()
-		out, errOut, err := runAWS(t, root, append(args, "--endpoint-url", f.srv.URL, "--output", "json")...)
-		if err != nil {
-			t.Fatalf("aws %s: %v\n%s", strings.Join(args, " "), err, errOut)
-		}
-		return out
-	}
-	mustAWS("iam", "create-user", "--user-name", "viewer")
-	mustAWS("iam", "put-user-policy", "--user-name", "viewer", "--policy-name", "describe", "--policy-document",
-		`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["ecs:DescribeTasks","ecs:ListTasks"],"Resource":"*"}]}`)
-	var key struct {
-		AccessKey struct{ AccessKeyId, SecretAccessKey string }
-	}
-	if err := json.Unmarshal([]byte(mustAWS("iam", "create-access-key", "--user-name", "viewer")), &key); err != nil {
-		t.Fatal(err)
-	}
-	keys := []string{"AWS_ACCESS_KEY_ID=" + key.AccessKey.AccessKeyId, "AWS_SECRET_ACCESS_KEY=" + key.AccessKey.SecretAccessKey}
+	keys := f.userWithPolicy("viewer", `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["ecs:DescribeTasks","ecs:ListTasks"],"Resource":"*"}]}`)
 	code, out, errs = f.capstanCLIEnv(keys, "exec", task, "--cluster", f.cluster, "--", "echo", "nope")
 	if code == 0 || !strings.Contains(errs, "AccessDenied") || !strings.Contains(errs, "ecs:ExecuteCommand") || strings.Contains(out, "nope") {
 		t.Fatalf("viewer without ecs:ExecuteCommand: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
 	// Allowed on another container name only: still refused.
-	mustAWS("iam", "put-user-policy", "--user-name", "viewer", "--policy-name", "exec", "--policy-document",
+	f.awsOK("iam", "put-user-policy", "--user-name", "viewer", "--policy-name", "exec", "--policy-document",
 		`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"ecs:ExecuteCommand","Resource":"*","Condition":{"StringEquals":{"ecs:container-name":"sidecar"}}}]}`)
 	code, _, errs = f.capstanCLIEnv(keys, "exec", task, "--cluster", f.cluster, "--", "echo", "nope")
 	if code == 0 || !strings.Contains(errs, "AccessDenied") {
 		t.Fatalf("viewer allowed on container sidecar only: exit %d, %q", code, errs)
 	}
-	mustAWS("iam", "put-user-policy", "--user-name", "viewer", "--policy-name", "exec", "--policy-document",
+	f.awsOK("iam", "put-user-policy", "--user-name", "viewer", "--policy-name", "exec", "--policy-document",
 		`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"ecs:ExecuteCommand","Resource":"*","Condition":{"StringEquals":{"ecs:container-name":"main"}}}]}`)
 	eventually(t, 10*time.Second, "the viewer may exec once allowed", func() bool {
 		code, out, _ := f.capstanCLIEnv(keys, "exec", task, "--cluster", f.cluster, "--", "echo", "allowed")

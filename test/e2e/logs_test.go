@@ -135,31 +135,12 @@ func TestTaskLogs(t *testing.T) {
 	}
 
 	// A user allowed DescribeTasks but not capstan:GetTaskLogs is refused.
-	needAWS(t)
-	root := f.srv.Env()
-	mustAWS := func(args ...string) string {
-		t.Helper()
-		out, errOut, err := runAWS(t, root, append(args, "--endpoint-url", f.srv.URL, "--output", "json")...)
-		if err != nil {
-			t.Fatalf("aws %s: %v\n%s", strings.Join(args, " "), err, errOut)
-		}
-		return out
-	}
-	mustAWS("iam", "create-user", "--user-name", "reader")
-	mustAWS("iam", "put-user-policy", "--user-name", "reader", "--policy-name", "describe", "--policy-document",
-		`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["ecs:DescribeTasks","ecs:ListTasks"],"Resource":"*"}]}`)
-	var key struct {
-		AccessKey struct{ AccessKeyId, SecretAccessKey string }
-	}
-	if err := json.Unmarshal([]byte(mustAWS("iam", "create-access-key", "--user-name", "reader")), &key); err != nil {
-		t.Fatal(err)
-	}
-	keys := []string{"AWS_ACCESS_KEY_ID=" + key.AccessKey.AccessKeyId, "AWS_SECRET_ACCESS_KEY=" + key.AccessKey.SecretAccessKey}
+	keys := f.userWithPolicy("reader", `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["ecs:DescribeTasks","ecs:ListTasks"],"Resource":"*"}]}`)
 	code, out, errs := f.capstanCLIEnv(keys, "logs", running, "--cluster", f.cluster)
 	if code == 0 || !strings.Contains(errs, "AccessDenied") || !strings.Contains(errs, "capstan:GetTaskLogs") || strings.Contains(out, "tick") {
 		t.Fatalf("reader without capstan:GetTaskLogs: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
-	mustAWS("iam", "put-user-policy", "--user-name", "reader", "--policy-name", "logs", "--policy-document",
+	f.awsOK("iam", "put-user-policy", "--user-name", "reader", "--policy-name", "logs", "--policy-document",
 		`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"capstan:GetTaskLogs","Resource":"*","Condition":{"StringEquals":{"ecs:cluster":"arn:aws:ecs:us-east-1:123456789012:cluster/`+f.cluster+`"}}}]}`)
 	eventually(t, 10*time.Second, "the reader may read logs once allowed", func() bool {
 		code, out, _ := f.capstanCLIEnv(keys, "logs", running, "--cluster", f.cluster)
@@ -435,4 +416,32 @@ func TestDaemonLogs(t *testing.T) {
 	if code, _, errs := f.capstanCLI("logs", "--instance", instance, "--cluster", f.cluster); code == 0 || !strings.Contains(errs, "give one of TASK") {
 		t.Fatalf("--instance without --daemon: exit %d, %s", code, errs)
 	}
+}
+
+// awsOK runs the aws CLI as the administrator against the fleet's server
+// and returns its JSON output; a failure ends the test.
+func (f *fleet) awsOK(args ...string) string {
+	t := f.t
+	t.Helper()
+	needAWS(t)
+	out, errOut, err := runAWS(t, f.srv.Env(), append(args, "--endpoint-url", f.srv.URL, "--output", "json")...)
+	if err != nil {
+		t.Fatalf("aws %s: %v\n%s", strings.Join(args, " "), err, errOut)
+	}
+	return out
+}
+
+// userWithPolicy makes an IAM user with one inline policy through the aws
+// CLI and returns its access key as environment variables.
+func (f *fleet) userWithPolicy(name, policy string) []string {
+	f.t.Helper()
+	f.awsOK("iam", "create-user", "--user-name", name)
+	f.awsOK("iam", "put-user-policy", "--user-name", name, "--policy-name", "p", "--policy-document", policy)
+	var key struct {
+		AccessKey struct{ AccessKeyId, SecretAccessKey string }
+	}
+	if err := json.Unmarshal([]byte(f.awsOK("iam", "create-access-key", "--user-name", name)), &key); err != nil {
+		f.t.Fatal(err)
+	}
+	return []string{"AWS_ACCESS_KEY_ID=" + key.AccessKey.AccessKeyId, "AWS_SECRET_ACCESS_KEY=" + key.AccessKey.SecretAccessKey}
 }
