@@ -535,9 +535,13 @@ func TestLinearizableAPI(t *testing.T) {
 	// The spare instance back in service, as the last write.
 	for range 10 {
 		call := r.h.now()
-		_, err := f.c.UpdateContainerInstancesState(ctx, &ecs.UpdateContainerInstancesStateInput{Cluster: aws.String(f.cluster),
+		out, err := f.c.UpdateContainerInstancesState(ctx, &ecs.UpdateContainerInstancesStateInput{Cluster: aws.String(f.cluster),
 			ContainerInstances: []string{spare}, Status: types.ContainerInstanceStatusActive})
-		r.write(0, linIn{Kind: opSetState, Key: "instance:" + spare, Arg: "ACTIVE"}, call, err, linOut{Status: "ACTIVE"})
+		answer := linOut{Status: "MISSING"}
+		if err == nil && len(out.ContainerInstances) == 1 {
+			answer.Status = aws.ToString(out.ContainerInstances[0].Status) // REGISTERING while its daemons start
+		}
+		r.write(0, linIn{Kind: opSetState, Key: "instance:" + spare, Arg: "ACTIVE"}, call, err, answer)
 		if err == nil {
 			break
 		}

@@ -167,11 +167,17 @@ func linStep(state, input, output any) (bool, any) {
 		if out.Unknown && retired(s.status) {
 			return true, s
 		}
-		if out.Err != "" || retired(s.status) || (!out.Unknown && out.Status != in.Arg) {
+		// Activation is daemon first: REGISTERING until the instance's
+		// critical daemons run, then the server makes it ACTIVE.
+		activating := in.Arg == "ACTIVE" && s.status != "ACTIVE"
+		if out.Err != "" || retired(s.status) || (!out.Unknown && out.Status != in.Arg && !(activating && out.Status == "REGISTERING")) {
 			return false, s
 		}
 		n := s
 		n.status = in.Arg
+		if activating && (out.Unknown || out.Status == "REGISTERING") {
+			n.status = "REGISTERING"
+		}
 		return true, n
 	case opDescribeInst:
 		// The server may retire the instance (auto-repair); it never
@@ -179,6 +185,11 @@ func linStep(state, input, output any) (bool, any) {
 		if retired(out.Status) && (!retired(s.status) || s.status == "DEREGISTERING") {
 			n := s
 			n.status = out.Status
+			return true, n
+		}
+		if s.status == "REGISTERING" && out.Status == "ACTIVE" {
+			n := s
+			n.status = "ACTIVE" // its daemons run: the server activated it
 			return true, n
 		}
 		return out.Status == s.status, s
@@ -378,6 +389,20 @@ func TestLinearizabilityModel(t *testing.T) {
 			{ci(opDescribeInst, ""), linOut{Status: "INACTIVE"}, 0, 1, false},
 			{ci(opSetState, "ACTIVE"), linOut{Unknown: true}, 2, 0, true},
 			{ci(opDescribeInst, ""), linOut{Status: "ACTIVE"}, 3, 4, false},
+		}},
+		{"activated daemon first", true, []o{
+			{ci(opSetState, "DRAINING"), linOut{Status: "DRAINING"}, 0, 1, false},
+			{ci(opSetState, "ACTIVE"), linOut{Status: "REGISTERING"}, 2, 3, false},
+			{ci(opDescribeInst, ""), linOut{Status: "REGISTERING"}, 4, 5, false},
+			{ci(opDescribeInst, ""), linOut{Status: "ACTIVE"}, 6, 7, false},
+		}},
+		{"activation answered REGISTERING is not DRAINING again", false, []o{
+			{ci(opSetState, "DRAINING"), linOut{Status: "DRAINING"}, 0, 1, false},
+			{ci(opSetState, "ACTIVE"), linOut{Status: "REGISTERING"}, 2, 3, false},
+			{ci(opDescribeInst, ""), linOut{Status: "DRAINING"}, 4, 5, false},
+		}},
+		{"an ACTIVE instance is not answered REGISTERING", false, []o{
+			{ci(opSetState, "ACTIVE"), linOut{Status: "REGISTERING"}, 0, 1, false},
 		}},
 		{"drain not seen", false, []o{
 			{ci(opSetState, "DRAINING"), linOut{Status: "DRAINING"}, 2, 3, false},
