@@ -2,10 +2,13 @@ package console
 
 import (
 	"encoding/json"
+	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -122,6 +125,20 @@ func (f *eventFilter) match(ev events.Event) bool {
 	return true
 }
 
+// filterQuery is the filter's own parameters, each followed by '&'.
+func (f *eventFilter) filterQuery() string {
+	q := url.Values{}
+	for k, v := range map[string]string{"type": f.Type, "source": f.Source, "daemon": f.Daemon, "service": f.Service, "instance": f.Instance, "since": f.SinceText, "until": f.UntilText} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return q.Encode() + "&"
+}
+
 // query is the filter as URL parameters, for the live stream.
 func (f *eventFilter) query() string {
 	q := url.Values{"cluster": {f.cluster.ClusterName}}
@@ -161,8 +178,9 @@ func rowOf(ev events.Event) eventRow {
 }
 
 // matching pages through the cluster's events after cursor and returns
-// those f keeps (at most the newest maxShownEvents) and the cursor after them.
-func (c *Console) matching(r *http.Request, s *session, f *eventFilter, after string) ([]events.Event, string, error) {
+// those f keeps with an ID below before ("" for no bound; at most the
+// newest maxShownEvents) and the cursor after them.
+func (c *Console) matching(r *http.Request, s *session, f *eventFilter, after, before string) ([]events.Event, string, error) {
 	var kept []events.Event
 	for range 1000 {
 		var out struct {
@@ -172,7 +190,12 @@ func (c *Console) matching(r *http.Request, s *session, f *eventFilter, after st
 		if err := c.call(r, s, "CapstanV1.ListEvents", f.request(after), &out); err != nil {
 			return nil, "", err
 		}
+		past := false
 		for _, ev := range out.Events {
+			if before != "" && ev.ID >= before {
+				past = true
+				continue
+			}
 			if f.match(ev) {
 				kept = append(kept, ev)
 			}
@@ -183,11 +206,48 @@ func (c *Console) matching(r *http.Request, s *session, f *eventFilter, after st
 		if out.Cursor != "" {
 			after = out.Cursor
 		}
-		if len(out.Events) < 1000 {
+		if past || len(out.Events) < 1000 {
 			break
 		}
 	}
 	return kept, after, nil
+}
+
+// eventIDRe is an event ID (a UUID v7: its first 48 bits are the time).
+var eventIDRe = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// eventFloor is an event ID below every ID made at or after t: as a
+// listing's cursor, it leaves the events before t unread.
+func eventFloor(t time.Time) string {
+	ms := max(t.UnixMilli(), 0)
+	return fmt.Sprintf("%08x-%04x-7000-8000-000000000000", uint64(ms)>>16, uint64(ms)&0xffff)
+}
+
+func eventTime(id string) time.Time {
+	hi, _ := strconv.ParseUint(id[0:8], 16, 64)
+	lo, _ := strconv.ParseUint(id[9:13], 16, 64)
+	return time.UnixMilli(int64(hi<<16 | lo))
+}
+
+// newest reads the newest maxShownEvents events f keeps before the event
+// before ("" for now): it lists a window back from there, widened until it
+// holds enough, instead of the cluster's whole history. more says older
+// ones may remain; cursor follows on after the newest (the live feed's).
+func (c *Console) newest(r *http.Request, s *session, f *eventFilter, before string) (evs []events.Event, cursor string, more bool, err error) {
+	end := c.cfg.Now()
+	if before != "" {
+		end = eventTime(before)
+	}
+	for window := 15 * time.Minute; ; window *= 4 {
+		after, whole := eventFloor(end.Add(-window)), window > 200*24*time.Hour
+		if whole {
+			after = ""
+		}
+		evs, cursor, err = c.matching(r, s, f, after, before)
+		if err != nil || len(evs) >= maxShownEvents || whole {
+			return evs, cursor, len(evs) >= maxShownEvents, err
+		}
+	}
 }
 
 func (c *Console) eventsTab(w http.ResponseWriter, r *http.Request, s *session) {
@@ -201,17 +261,26 @@ func (c *Console) eventsTab(w http.ResponseWriter, r *http.Request, s *session) 
 		c.fail(w, r, s, err)
 		return
 	}
-	evs, cursor, err := c.matching(r, s, f, "")
+	before := r.URL.Query().Get("before")
+	if before != "" && !eventIDRe.MatchString(before) {
+		c.fail(w, r, s, invalid("before", "must be an event ID from an older-events link (got %q)", clip(before)))
+		return
+	}
+	evs, cursor, more, err := c.newest(r, s, f, before)
 	if err != nil {
 		c.fail(w, r, s, err)
 		return
+	}
+	older := ""
+	if more && len(evs) > 0 {
+		older = Prefix + "cluster?name=" + url.QueryEscape(cl.ClusterName) + "&tab=events&" + f.filterQuery() + "before=" + url.QueryEscape(evs[0].ID)
 	}
 	rows := make([]eventRow, 0, len(evs))
 	for i := len(evs) - 1; i >= 0; i-- { // newest first
 		rows = append(rows, rowOf(evs[i]))
 	}
 	c.render(w, r, http.StatusOK, "cluster", s, map[string]any{"Cluster": cl, "Tab": "events", "Tabs": tabs,
-		"Events": rows, "Filter": f, "Types": events.DetailTypes, "Live": f.UntilText == "",
+		"Events": rows, "Filter": f, "Types": events.DetailTypes, "Live": f.UntilText == "" && before == "", "Older": template.URL(older), "Before": before,
 		"LiveSrc": template.URL(Prefix + "events/live?" + f.query() + "&after=" + url.QueryEscape(cursor))})
 }
 
@@ -244,7 +313,7 @@ func (c *Console) eventsLive(w http.ResponseWriter, r *http.Request, s *session)
 		ready, take = sub.Ready(), func() { sub.Take() }
 	}
 	// The first listing answers bad input (a bad cursor) with its status.
-	evs, next, err := c.matching(r, s, f, after)
+	evs, next, err := c.matching(r, s, f, after, "")
 	if err != nil {
 		http.Error(w, err.Error(), statusOf(err))
 		return
@@ -281,7 +350,7 @@ func (c *Console) eventsLive(w http.ResponseWriter, r *http.Request, s *session)
 				st.send("end", "signed out")
 				return
 			}
-			evs, next, err := c.matching(r, s, f, after)
+			evs, next, err := c.matching(r, s, f, after, "")
 			if err != nil {
 				st.send("failure", err.Error())
 				return
