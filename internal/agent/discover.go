@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -38,18 +40,39 @@ func learnEndpoints(ctx context.Context, client *ecs.Client, cluster, instanceAr
 		log.Warn("the server's list of servers is not usable; using the configured ones", "err", err)
 		return known
 	}
-	out := slices.Clone(known)
-	var added []string
-	for _, e := range learned {
-		if !slices.Contains(out, e) {
-			out = append(out, e)
-			added = append(added, e)
-		}
-	}
+	out, added := mergeEndpoints(known, learned)
 	if len(added) > 0 {
 		log.Info("learned servers from DiscoverPollEndpoint", "added", strings.Join(added, ","), "endpoints", strings.Join(out, ","))
 	}
 	return out
+}
+
+// mergeEndpoints appends to known the learned URLs it lacks. A loopback
+// URL is learned only by an agent given loopback URLs: a server without
+// --advertise-url advertises 127.0.0.1, which from another host is the
+// agent's own.
+func mergeEndpoints(known, learned []string) (out, added []string) {
+	out = slices.Clone(known)
+	local := slices.ContainsFunc(known, isLoopback)
+	for _, e := range learned {
+		if !slices.Contains(out, e) && (local || !isLoopback(e)) {
+			out = append(out, e)
+			added = append(added, e)
+		}
+	}
+	return out, added
+}
+
+func isLoopback(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return false
+	}
+	if u.Hostname() == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(u.Hostname())
+	return err == nil && ip.IsLoopback()
 }
 
 // polledEndpoints reads the servers' URLs from a DiscoverPollEndpoint

@@ -26,3 +26,21 @@ func TestPolledEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// Learned URLs go after the configured ones, once each; a loopback URL
+// only to an agent given loopback URLs itself.
+func TestMergeEndpoints(t *testing.T) {
+	for _, c := range []struct {
+		known, learned, want []string
+	}{
+		{[]string{"http://s1:8080"}, []string{"http://s1:8080", "http://s2:8080"}, []string{"http://s1:8080", "http://s2:8080"}},
+		{[]string{"http://s2:8080", "http://s1:8080"}, []string{"http://s1:8080", "http://s2:8080"}, []string{"http://s2:8080", "http://s1:8080"}},
+		{[]string{"http://10.0.0.5:8080"}, []string{"http://127.0.0.1:8080", "http://localhost:8081", "http://[::1]:8082"}, []string{"http://10.0.0.5:8080"}},
+		{[]string{"http://127.0.0.1:1"}, []string{"http://127.0.0.1:2"}, []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}},
+	} {
+		got, added := mergeEndpoints(c.known, c.learned)
+		if !slices.Equal(got, c.want) || len(added) != len(c.want)-len(c.known) {
+			t.Errorf("%v + %v = %v (added %v), want %v", c.known, c.learned, got, added, c.want)
+		}
+	}
+}
