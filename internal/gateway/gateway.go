@@ -76,7 +76,47 @@ func New(svc *fleet.State, st *store.Store, v api.Verifier, serverID string, log
 		logSlots:  make(chan struct{}, maxLogRequests),
 	}
 	g.wg.Go(func() { g.work.adjust(ctx) })
+	if st != nil { // nil in tests of the gateway's parts
+		g.wg.Go(func() { g.leaveWhenUnreachable(ctx) })
+	}
 	return g
+}
+
+// errUnreachable ends the sessions of a server that cannot reach etcd:
+// their agents reconnect to another server of their endpoint list, which
+// may, where this one could neither write their task states nor learn
+// their desired tasks.
+var errUnreachable = errors.New("this server cannot reach the store (etcd); reconnect to another server")
+
+func (g *Gateway) reachable() (bool, string) {
+	if g.st == nil {
+		return true, ""
+	}
+	return g.st.Reachable()
+}
+
+// leaveWhenUnreachable ends every session each time etcd becomes
+// unreachable; ServeHTTP refuses new ones until it is back.
+func (g *Gateway) leaveWhenUnreachable(ctx context.Context) {
+	for {
+		changed := g.st.ReachChanged()
+		if ok, why := g.st.Reachable(); !ok {
+			g.mu.Lock()
+			n := len(g.sessions)
+			for _, s := range g.sessions {
+				s.end(errUnreachable)
+			}
+			g.mu.Unlock()
+			if n > 0 {
+				g.log.Warn("ending agent sessions: etcd unreachable", "sessions", n, "reason", why)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }
 
 // Collectors returns the gateway's metrics.
@@ -181,6 +221,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "AccessDeniedException: only agent credentials open sessions", http.StatusForbidden)
 		return
 	}
+	if ok, why := g.reachable(); !ok {
+		http.Error(w, "ServerException: "+why, http.StatusServiceUnavailable)
+		return
+	}
 	if !g.enter() {
 		http.Error(w, "server is shutting down", http.StatusServiceUnavailable)
 		return
@@ -210,6 +254,8 @@ func (g *Gateway) session(conn *websocket.Conn, parked *parkedConn, p auth.Princ
 	switch {
 	case err == nil || errors.Is(err, context.Canceled):
 		conn.Close(websocket.StatusGoingAway, "server closing the session")
+	case errors.Is(err, errUnreachable):
+		conn.Close(websocket.StatusTryAgainLater, err.Error())
 	default:
 		g.log.Info("agent session ended", "agent", p.AccessKeyID, "err", err)
 		conn.Close(websocket.StatusPolicyViolation, truncate(err.Error(), 120))
@@ -285,7 +331,8 @@ func (g *Gateway) open(ctx context.Context, conn *websocket.Conn, p auth.Princip
 		return nil, nil, nil, err
 	}
 	key := store.SessionKey(cluster, id)
-	rev, err := g.st.Txn().PutWithLease(key, store.Session{Server: g.server, ConnectedAt: g.now()}, sl.l).Commit(ctx)
+	val := store.Session{Server: g.server, ConnectedAt: g.now()}
+	rev, err := g.st.Txn().PutWithLease(key, val, sl.l).Commit(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -296,6 +343,7 @@ func (g *Gateway) open(ctx context.Context, conn *websocket.Conn, p auth.Princip
 	// latest write; a write that conflicts makes it wait for the winner.
 	sctx = g.st.InScope(sctx, g.st.NewScope(), true)
 	s = &session{conn: conn, cluster: cluster, instance: id, managed: managed, cancel: scancel}
+	kept := g.keepKey(sctx, s, sl, key, val, rev)
 	g.claim(s)
 	g.connected.Inc()
 	g.log.Info("agent connected", "instance", hello.ContainerInstanceArn, "agent_version", hello.AgentVersion, "manifest_seq", hello.ManifestSeq)
@@ -306,7 +354,7 @@ func (g *Gateway) open(ctx context.Context, conn *websocket.Conn, p auth.Princip
 		scancel()
 		// Ended, the session deletes its key unless a newer session (here
 		// or on another server) wrote it since.
-		g.forget(key, rev, sl)
+		g.forget(key, kept.stop(), sl)
 	}, nil
 }
 
@@ -341,6 +389,9 @@ func (g *Gateway) claim(s *session) {
 		old.cancel()
 	}
 	g.sessions[key] = s
+	if ok, _ := g.reachable(); !ok {
+		s.end(errUnreachable) // etcd went as the session opened
+	}
 }
 
 func (g *Gateway) release(s *session) {

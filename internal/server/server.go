@@ -311,7 +311,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	authorizer := iam.NewAuthorizer(identities)
-	lookup := auth.Chain(auth.NewStaticLookup(admin), svc.Credentials(), identities)
+	lookup := reachLookup{auth.Chain(auth.NewStaticLookup(admin), svc.Credentials(), identities), st}
 	verifier := &auth.Verifier{Lookup: lookup, Region: cfg.Region}
 	ops := ops.New(svc)
 	ops.CheckAgentSettings = cfg.CheckAgentSettings
@@ -402,6 +402,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !st.Ready() {
 			http.Error(w, "store not ready", http.StatusServiceUnavailable)
+			return
+		}
+		if ok, why := st.Reachable(); !ok {
+			// Load balancers and agents go to a server that reaches etcd.
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		if sp := st.Space(); sp.OutOfSpace {
