@@ -116,10 +116,12 @@ func (s *Service) activate(ctx context.Context, it store.Item[store.ContainerIns
 			ready, missing = false, d.Name
 		}
 	}
-	if !ready && apps > 0 && draining && !held && !managed && (strings.HasPrefix(reason, rollout.InPlaceReason) || strings.HasPrefix(reason, fleet.RepairPrefix)) {
-		// Auto-repair in place: its app tasks are moving off; stopping
-		// that would keep them beside no critical daemon.
-		return ci, false, fault.ClientError("container instance %s is being repaired in place (%s) and still runs %d application tasks; activate it once they have left", id, reason, apps)
+	if !ready && apps > 0 && draining && !held {
+		// Stopping the drain would keep them beside no critical daemon
+		// (and a REGISTERING instance is taken to hold no app task); the
+		// drain restarts the daemon meanwhile. A held instance restarts
+		// nothing until activated, so it goes REGISTERING.
+		return ci, false, fault.ClientError("container instance %s still runs %d application tasks and its critical daemon %s is not running; activate it once the daemon runs again or the tasks have left", id, apps, missing)
 	}
 	status := "REGISTERING"
 	if ready {

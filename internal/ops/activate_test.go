@@ -129,6 +129,18 @@ func TestActivateHeldInstanceRegistersAndRetries(t *testing.T) {
 	}
 }
 
+// A held instance restarts nothing until activated: an app task that could
+// not move off does not keep it held.
+func TestActivateHeldWithAppTaskRegisters(t *testing.T) {
+	a := newActivation(t)
+	a.instance("DRAINING", fleet.RepairFailedReason+": critical daemon d failed 3 times in a row", "")
+	a.task("app", "service:web", "RUNNING", "RUNNING", time.Now().Add(-time.Minute))
+	a.placement(fleet.DaemonPlacement{RevisionArn: "rev2", Attempts: 3})
+	if got, err := a.activate(); err != nil || got != "REGISTERING" {
+		t.Fatalf("activate: %s %v, want REGISTERING", got, err)
+	}
+}
+
 func TestActivateRunningDaemonIsActiveAtOnce(t *testing.T) {
 	a := newActivation(t)
 	a.instance("DRAINING", "", "")
@@ -196,6 +208,12 @@ func TestActivateRefusals(t *testing.T) {
 			a.task("app", "service:web", "RUNNING", "RUNNING", time.Now())
 			a.placement(fleet.DaemonPlacement{RevisionArn: "rev2"})
 		}, "still runs 1 application tasks"},
+		{"drained-by-hand-with-apps-and-no-daemon", func(a *activation) {
+			a.instance("DRAINING", "", "")
+			a.task("job", "family:job", "RUNNING", "RUNNING", time.Now())
+			a.task("t1", "daemon:d", "STOPPED", "STOPPED", time.Now().Add(-time.Minute))
+			a.placement(fleet.DaemonPlacement{TaskID: "t1", RevisionArn: "rev2", TaskRevisionArn: "rev2", Attempts: 1})
+		}, "critical daemon d is not running"},
 		{"daemon-stopping", func(a *activation) {
 			a.instance("DRAINING", "", "")
 			a.task("t1", "daemon:d", "RUNNING", "STOPPED", time.Now().Add(-time.Minute))
