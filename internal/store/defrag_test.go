@@ -128,10 +128,14 @@ func TestDefragmentsWhenQuietAndKeepsEveryRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("defragmented %d → %d bytes in %v; file %d bytes", d.BeforeBytes, d.AfterBytes, d.Took, st.Size())
-	// bbolt grows its file in doubling steps, so the file may hold up to
-	// twice the database: an 8.3 MB database left 3.7 MB in a 4.2 MB file.
-	if d.AfterBytes*2 > d.BeforeBytes || st.Size() >= d.BeforeBytes || st.Size() > 2*d.AfterBytes {
-		t.Fatalf("defragmentation left %d bytes (file %d) of %d", d.AfterBytes, st.Size(), d.BeforeBytes)
+	// What is left is about the live records (how much history the file
+	// held before depends on how many compactions the writes overlapped,
+	// so on the machine's load: 7.0 to 8.3 MB here). bbolt grows its file
+	// in doubling steps, so the file may hold up to twice the database:
+	// an 8.3 MB database left 3.7 MB in a 4.2 MB file.
+	live := int64(keys * 16 << 10)
+	if d.AfterBytes >= d.BeforeBytes || d.AfterBytes > live*14/10 || st.Size() >= d.BeforeBytes || st.Size() > 2*d.AfterBytes {
+		t.Fatalf("defragmentation left %d bytes (file %d) of %d; the live records hold %d", d.AfterBytes, st.Size(), d.BeforeBytes, live)
 	}
 
 	check := func(s *Store, what string) {
