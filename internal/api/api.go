@@ -285,6 +285,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, op, target strin
 	return 200, wireError{}
 }
 
+// WriteUnavailable answers an ECS call the server refuses untried, in the
+// ECS error format: ServerException, HTTP 503.
+func WriteUnavailable(w http.ResponseWriter, msg string) {
+	(&Handler{}).fail(w, wireError{http.StatusServiceUnavailable, "ServerException", msg})
+}
+
 type wireError struct {
 	status  int
 	code    string

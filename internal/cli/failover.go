@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"syscall"
@@ -29,9 +30,10 @@ func parseEndpoints(raw string) ([]*url.URL, error) {
 }
 
 // newFailover sends each request to the endpoint that last answered and
-// moves on to the next one when a server cannot be reached. A read goes
-// elsewhere after any connection error; a write only when it cannot have
-// been received (the connection was never made), so it is never applied
+// moves on to the next one when a server cannot be reached or cannot
+// reach etcd. A read goes elsewhere after any connection error or server
+// error; a write only when it cannot have been applied (the connection was
+// never made, or the server refused it untried), so it is never applied
 // twice.
 func newFailover(eps []*url.URL) *failover.Middleware {
 	return failover.New("CapstanFailover", eps, func(ctx context.Context, err error) bool {
@@ -50,9 +52,15 @@ func readOnly(op string) bool {
 }
 
 // unreached is an error that leaves the request to another server: for a
-// read any failure to send it or to get an answer, for a write only a
-// connection never made.
+// read any failure to send it or to get an answer and any server error, for
+// a write only a connection never made or a refusal marked untried.
 func unreached(err error, read bool) bool {
+	// The SDK wraps a send error in a ResponseError too, with no status.
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) && re.HTTPStatusCode() > 0 {
+		untried := re.HTTPStatusCode() == http.StatusServiceUnavailable && re.Response.Header.Get(failover.StoreUnreachableHeader) != ""
+		return untried || read && re.HTTPStatusCode() >= 500
+	}
 	var se *smithyhttp.RequestSendError
 	if !errors.As(err, &se) {
 		return false

@@ -2,9 +2,14 @@ package cli
 
 import (
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/capstanhq/capstan/internal/api"
+	"github.com/capstanhq/capstan/internal/failover"
 )
 
 // refusedURL is an address nobody listens on.
@@ -78,4 +83,56 @@ func TestSeveralEndpoints(t *testing.T) {
 	// A list with a malformed URL is refused, naming it.
 	h.env["CAPSTAN_ENDPOINT"] = live + ",nope"
 	h.fails(2, `endpoint "nope": want an http:// or https:// URL`, "cluster", "list")
+}
+
+// answeringURL is a server that answers every request with status (and the
+// untried mark when untried), as a server cut off from etcd does; it
+// counts the requests.
+func answeringURL(t *testing.T, untried bool) (string, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		if untried {
+			w.Header().Set(failover.StoreUnreachableHeader, "true")
+		}
+		api.WriteUnavailable(w, "cut off")
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, &n
+}
+
+// TestEndpointCutOffFromEtcd: a server that refuses a request untried (503
+// with the mark) sends reads and writes on to the next server; one that
+// fails with a plain server error sends on reads only, since a write may
+// have been applied.
+func TestEndpointCutOffFromEtcd(t *testing.T) {
+	h := newHarness(t)
+	live := h.srv.URL
+	cut, cutCalls := answeringURL(t, true)
+	h.env["CAPSTAN_ENDPOINT"] = cut + "," + live
+	h.ok("cluster", "create", "through-cut")
+	if out := h.ok("cluster", "list"); !strings.Contains(out, "through-cut") {
+		t.Fatalf("cluster list past a cut-off server:\n%s", out)
+	}
+	if cutCalls.Load() == 0 {
+		t.Fatal("the cut-off server was never tried")
+	}
+
+	failing, failCalls := answeringURL(t, false)
+	h.env["CAPSTAN_ENDPOINT"] = failing + "," + live
+	if out := h.ok("cluster", "list"); !strings.Contains(out, "through-cut") {
+		t.Fatalf("cluster list past a failing server:\n%s", out)
+	}
+	before := failCalls.Load()
+	if r := h.run("cluster", "create", "not-resent"); r.code == 0 {
+		t.Fatalf("a write that failed with a plain server error was sent to another server:\n%s", r.stdout)
+	}
+	if failCalls.Load() == before {
+		t.Fatal("the write never reached the failing server")
+	}
+	h.env["CAPSTAN_ENDPOINT"] = live
+	if out := h.ok("cluster", "list"); strings.Contains(out, "not-resent") {
+		t.Fatalf("the failed write reached the live server:\n%s", out)
+	}
 }

@@ -13,6 +13,11 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
+// StoreUnreachableHeader marks a server's refusal of a request it did not
+// try: it cannot reach etcd, so nothing was read or written, and a client
+// may send even a write to another server.
+const StoreUnreachableHeader = "X-Capstan-Store-Unreachable"
+
 // Middleware is the SDK finalize step that picks the endpoint.
 type Middleware struct {
 	id  string

@@ -288,6 +288,14 @@ func (h *Handler) toWire(err error) wireError {
 	return wireError{status, code, fe.Message}
 }
 
+// WriteUnavailable answers an IAM or STS call the server refuses untried:
+// ServiceFailure, HTTP 503.
+func WriteUnavailable(w http.ResponseWriter, msg string) {
+	id := requestID()
+	w.Header().Set("x-amzn-RequestId", id)
+	writeError(w, iamNamespace, id, wireError{http.StatusServiceUnavailable, "ServiceFailure", msg})
+}
+
 // errorResponse is the Query protocol's error envelope.
 type errorResponse struct {
 	XMLName   xml.Name `xml:"ErrorResponse"`

@@ -32,6 +32,7 @@ import (
 	"github.com/capstanhq/capstan/internal/controller/deployments"
 	"github.com/capstanhq/capstan/internal/controller/instances"
 	"github.com/capstanhq/capstan/internal/controller/services"
+	"github.com/capstanhq/capstan/internal/failover"
 	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/gateway"
 	"github.com/capstanhq/capstan/internal/iam"
@@ -391,6 +392,19 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	// IAM and STS speak the Query protocol on the same path as ECS's JSON.
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ok, why := st.Reachable(); !ok {
+			// Cut off from etcd, this server's reads would be stale and
+			// its writes would wait 10 s to fail: refuse at once, marked
+			// untried, so clients with several servers go to another.
+			w.Header().Set(failover.StoreUnreachableHeader, "true")
+			msg := "this server cannot reach its state store (" + why + "); nothing was read or written: send the request to another server"
+			if iamapi.Accepts(r) {
+				iamapi.WriteUnavailable(w, msg)
+			} else {
+				api.WriteUnavailable(w, msg)
+			}
+			return
+		}
 		if iamapi.Accepts(r) {
 			ih.ServeHTTP(w, r)
 			return

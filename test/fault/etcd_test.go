@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,10 +16,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 	"github.com/aws/smithy-go"
+	"github.com/capstanhq/capstan/internal/failover"
 )
 
 var (
@@ -327,6 +331,22 @@ func TestPartitionServerFromEtcd(t *testing.T) {
 		return metric(t, e.urlB, "capstan_agent_sessions") == float64(n) && metric(t, e.urlA, "capstan_agent_sessions") == 0
 	})
 	t.Logf("agents on b, none on a, %.1fs later", moved.Seconds())
+	// API calls to a are refused at once, marked untried, so the CLI given
+	// both servers sends even a write on to b.
+	onlyA := ecs.New(ecs.Options{Region: "us-east-1", BaseEndpoint: aws.String(e.urlA),
+		Credentials: credentials.NewStaticCredentialsProvider(processKey, processSecret, ""), Retryer: aws.NopRetryer{}})
+	start := time.Now()
+	_, err := onlyA.DescribeClusters(ctx, &ecs.DescribeClustersInput{Clusters: []string{e.cluster}})
+	var re *awshttp.ResponseError
+	if code, msg := apiError(err); code != "ServerException" || !strings.Contains(msg, "nothing was read or written") ||
+		!errors.As(err, &re) || re.HTTPStatusCode() != http.StatusServiceUnavailable || re.Response.Header.Get(failover.StoreUnreachableHeader) == "" || time.Since(start) > 2*time.Second {
+		t.Errorf("DescribeClusters on a during the cut: %v after %s; want an untried 503 ServerException at once", err, time.Since(start))
+	}
+	cli := exec.Command(e.bin, "cluster", "create", "during-cut")
+	cli.Env = append(os.Environ(), "CAPSTAN_ENDPOINT="+e.endpoints, "AWS_ACCESS_KEY_ID="+processKey, "AWS_SECRET_ACCESS_KEY="+processSecret)
+	if out, err := cli.CombinedOutput(); err != nil {
+		t.Errorf("capstan cluster create with endpoints %s during the cut: %v\n%s", e.endpoints, err, out)
+	}
 	// A scale-up through b during the cut: its new instance's agent is
 	// refused by a and attaches to b, and the task runs there.
 	if _, err := e.c.UpdateService(ctx, &ecs.UpdateServiceInput{Cluster: aws.String(e.cluster), Service: aws.String(serviceName), DesiredCount: aws.Int32(int32(n + 1))}); err != nil {
