@@ -12,7 +12,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 	"github.com/coder/websocket"
 
-	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/testenv"
 )
@@ -27,25 +26,7 @@ func TestExecOverTheSession(t *testing.T) {
 	defer cancel()
 	srv := testenv.StartServer(t, "")
 	admin := srv.ECS()
-	if _, err := admin.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("ex")}); err != nil {
-		t.Fatal(err)
-	}
-	cred, err := srv.Service.CreateAgentCredential(ctx, &ops.CreateAgentCredentialRequest{Cluster: "ex"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := srv.ECSWith(cred.AccessKeyID, cred.SecretAccessKey).RegisterContainerInstance(ctx, &ecs.RegisterContainerInstanceInput{
-		Cluster: aws.String("ex"),
-		TotalResources: []types.Resource{
-			{Name: aws.String("CPU"), Type: aws.String("INTEGER"), IntegerValue: 1024},
-			{Name: aws.String("MEMORY"), Type: aws.String("INTEGER"), IntegerValue: 1024},
-		},
-		VersionInfo: &types.VersionInfo{AgentVersion: aws.String("test"), DockerVersion: aws.String("none")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := dialAgent(t, srv, cred, aws.ToString(reg.ContainerInstance.ContainerInstanceArn))
+	a, _ := registerAgent(t, srv, "ex")
 	m := a.must(protocol.TypeManifest, 10*time.Second)
 	a.send(protocol.Message{Type: protocol.TypeManifestAck, ManifestAck: &protocol.ManifestAck{Seq: m.Manifest.Seq}})
 	td, err := admin.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String("ex"),

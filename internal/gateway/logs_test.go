@@ -59,25 +59,7 @@ func TestLogRequestsOverTheSession(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.StartServer(t, "")
 	admin := srv.ECS()
-	if _, err := admin.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("lg")}); err != nil {
-		t.Fatal(err)
-	}
-	cred, err := srv.Service.CreateAgentCredential(ctx, &ops.CreateAgentCredentialRequest{Cluster: "lg"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := srv.ECSWith(cred.AccessKeyID, cred.SecretAccessKey).RegisterContainerInstance(ctx, &ecs.RegisterContainerInstanceInput{
-		Cluster: aws.String("lg"),
-		TotalResources: []types.Resource{
-			{Name: aws.String("CPU"), Type: aws.String("INTEGER"), IntegerValue: 1024},
-			{Name: aws.String("MEMORY"), Type: aws.String("INTEGER"), IntegerValue: 1024},
-		},
-		VersionInfo: &types.VersionInfo{AgentVersion: aws.String("test"), DockerVersion: aws.String("none")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := dialAgent(t, srv, cred, aws.ToString(reg.ContainerInstance.ContainerInstanceArn))
+	a, _ := registerAgent(t, srv, "lg")
 	m := a.must(protocol.TypeManifest, 10*time.Second)
 	a.send(protocol.Message{Type: protocol.TypeManifestAck, ManifestAck: &protocol.ManifestAck{Seq: m.Manifest.Seq}})
 	td, err := admin.RegisterTaskDefinition(ctx, &ecs.RegisterTaskDefinitionInput{Family: aws.String("lg"),

@@ -27,6 +27,34 @@ type agentConn struct {
 	instance string
 }
 
+// registerAgent makes cluster, an agent credential in it and an instance
+// of 1,024 CPU and MiB registered with it, and opens the instance's
+// session; it returns the session and the instance's ARN.
+func registerAgent(t *testing.T, srv *testenv.Server, cluster string) (*agentConn, string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := srv.ECS().CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String(cluster)}); err != nil {
+		t.Fatal(err)
+	}
+	cred, err := srv.Service.CreateAgentCredential(ctx, &ops.CreateAgentCredentialRequest{Cluster: cluster})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := srv.ECSWith(cred.AccessKeyID, cred.SecretAccessKey).RegisterContainerInstance(ctx, &ecs.RegisterContainerInstanceInput{
+		Cluster: aws.String(cluster),
+		TotalResources: []types.Resource{
+			{Name: aws.String("CPU"), Type: aws.String("INTEGER"), IntegerValue: 1024},
+			{Name: aws.String("MEMORY"), Type: aws.String("INTEGER"), IntegerValue: 1024},
+		},
+		VersionInfo: &types.VersionInfo{AgentVersion: aws.String("test"), DockerVersion: aws.String("none")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arn := aws.ToString(out.ContainerInstance.ContainerInstanceArn)
+	return dialAgent(t, srv, cred, arn), arn
+}
+
 func dialAgent(t *testing.T, srv *testenv.Server, cred *ops.CreateAgentCredentialResponse, instance string) *agentConn {
 	t.Helper()
 	conn := testenv.DialSession(t, srv.URL, cred.AccessKeyID, cred.SecretAccessKey)

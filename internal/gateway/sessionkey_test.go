@@ -9,9 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
-	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
-	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/store"
 	"github.com/capstanhq/capstan/internal/testenv"
@@ -23,26 +21,7 @@ import (
 func TestSessionKeyKeptWhileTheSessionLives(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.StartServer(t, "")
-	if _, err := srv.ECS().CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("kept")}); err != nil {
-		t.Fatal(err)
-	}
-	cred, err := srv.Service.CreateAgentCredential(ctx, &ops.CreateAgentCredentialRequest{Cluster: "kept"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := srv.ECSWith(cred.AccessKeyID, cred.SecretAccessKey).RegisterContainerInstance(ctx, &ecs.RegisterContainerInstanceInput{
-		Cluster: aws.String("kept"),
-		TotalResources: []types.Resource{
-			{Name: aws.String("CPU"), Type: aws.String("INTEGER"), IntegerValue: 1024},
-			{Name: aws.String("MEMORY"), Type: aws.String("INTEGER"), IntegerValue: 1024},
-		},
-		VersionInfo: &types.VersionInfo{AgentVersion: aws.String("test"), DockerVersion: aws.String("none")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	arn := aws.ToString(out.ContainerInstance.ContainerInstanceArn)
-	a := dialAgent(t, srv, cred, arn)
+	a, arn := registerAgent(t, srv, "kept")
 	a.must(protocol.TypeManifest, 10*time.Second)
 	id := arn[strings.LastIndex(arn, "/")+1:]
 	key := store.SessionKey("kept", id)
