@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/capstanhq/capstan/internal/auth"
 	"github.com/capstanhq/capstan/internal/store"
@@ -26,4 +27,35 @@ func (l reachLookup) Credential(ctx context.Context, accessKeyID string) (auth.C
 		}
 	}
 	return c, ok, err
+}
+
+// unreachableWait is how long an API call waits for etcd to answer again
+// before the server refuses it: a quorum returning (a new election takes a
+// few seconds) then costs a client with one endpoint nothing, while a
+// server cut off for good still sends clients on sooner than a write's
+// 10 s limit would.
+const unreachableWait = 5 * time.Second
+
+// reachable is st.Reachable, waiting up to unreachableWait for it to turn.
+func reachable(ctx context.Context, st *store.Store) (bool, string) {
+	changed := st.ReachChanged()
+	ok, why := st.Reachable()
+	if ok {
+		return true, ""
+	}
+	t := time.NewTimer(unreachableWait)
+	defer t.Stop()
+	for {
+		select {
+		case <-changed:
+			changed = st.ReachChanged()
+			if ok, why = st.Reachable(); ok {
+				return true, ""
+			}
+		case <-t.C:
+			return false, why
+		case <-ctx.Done():
+			return false, why
+		}
+	}
 }

@@ -392,10 +392,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	// IAM and STS speak the Query protocol on the same path as ECS's JSON.
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if ok, why := st.Reachable(); !ok {
+		if ok, why := reachable(r.Context(), st); !ok {
 			// Cut off from etcd, this server's reads would be stale and
-			// its writes would wait 10 s to fail: refuse at once, marked
-			// untried, so clients with several servers go to another.
+			// its writes would wait 10 s to fail: refuse, marked untried,
+			// so clients with several servers go to another.
 			w.Header().Set(failover.StoreUnreachableHeader, "true")
 			msg := "this server cannot reach its state store (" + why + "); nothing was read or written: send the request to another server"
 			if iamapi.Accepts(r) {
