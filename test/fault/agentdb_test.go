@@ -45,6 +45,7 @@ func (f *fleet) instanceContainers(arn string) []string {
 // before the server's desired tasks arrive. Nothing is replaced, started
 // twice or restarted: the same containers run the same tasks.
 func TestAgentDatabaseDeleted(t *testing.T) {
+	skipHollow(t, "the agent process is killed and started again with its database removed")
 	f := newFleet(t, nil)
 	n := *instancesFlag
 	f.setup(n, false)
