@@ -38,8 +38,11 @@ const unreachableWait = 5 * time.Second
 
 // reachable is st.Reachable, waiting up to unreachableWait for it to turn.
 func reachable(ctx context.Context, st *store.Store) (bool, string) {
+	if ok, _ := st.Reachable(); ok { // every API call: one lock, no channel
+		return true, ""
+	}
 	changed := st.ReachChanged()
-	ok, why := st.Reachable()
+	ok, why := st.Reachable() // again, after taking the channel: no change missed
 	if ok {
 		return true, ""
 	}
