@@ -2,17 +2,15 @@ package console
 
 import (
 	"encoding/json"
-	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/events"
+	"github.com/capstanhq/capstan/internal/fleet"
 	"github.com/capstanhq/capstan/internal/store"
 )
 
@@ -213,21 +211,9 @@ func (c *Console) matching(r *http.Request, s *session, f *eventFilter, after, b
 	return kept, after, nil
 }
 
-// eventIDRe is an event ID (a UUID v7: its first 48 bits are the time).
-var eventIDRe = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
-
 // eventFloor is an event ID below every ID made at or after t: as a
 // listing's cursor, it leaves the events before t unread.
-func eventFloor(t time.Time) string {
-	ms := max(t.UnixMilli(), 0)
-	return fmt.Sprintf("%08x-%04x-7000-8000-000000000000", uint64(ms)>>16, uint64(ms)&0xffff)
-}
-
-func eventTime(id string) time.Time {
-	hi, _ := strconv.ParseUint(id[0:8], 16, 64)
-	lo, _ := strconv.ParseUint(id[9:13], 16, 64)
-	return time.UnixMilli(int64(hi<<16 | lo))
-}
+func eventFloor(t time.Time) string { return fleet.EventIDFloor(t) + "-7000-8000-000000000000" }
 
 // newest reads the newest maxShownEvents events f keeps before the event
 // before ("" for now): it lists a window back from there, widened until it
@@ -236,7 +222,7 @@ func eventTime(id string) time.Time {
 func (c *Console) newest(r *http.Request, s *session, f *eventFilter, before string) (evs []events.Event, cursor string, more bool, err error) {
 	end := c.cfg.Now()
 	if before != "" {
-		end = eventTime(before)
+		end = fleet.EventIDTime(before)
 	}
 	for window := 15 * time.Minute; ; window *= 4 {
 		after, whole := eventFloor(end.Add(-window)), window > 200*24*time.Hour
@@ -262,7 +248,7 @@ func (c *Console) eventsTab(w http.ResponseWriter, r *http.Request, s *session) 
 		return
 	}
 	before := r.URL.Query().Get("before")
-	if before != "" && !eventIDRe.MatchString(before) {
+	if before != "" && !fleet.EventIDPattern.MatchString(before) {
 		c.fail(w, r, s, invalid("before", "must be an event ID from an older-events link (got %q)", clip(before)))
 		return
 	}

@@ -427,16 +427,19 @@ func (g *eventIDs) next(now time.Time) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-var eventIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+// EventIDPattern is an event ID: a UUID v7, whose first 48 bits are the
+// time it was made in milliseconds.
+var EventIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
-// eventIDFloor is a key fragment that sorts before every ID taken at or
+// EventIDFloor is a key fragment that sorts before every ID taken at or
 // after t.
-func eventIDFloor(t time.Time) string {
+func EventIDFloor(t time.Time) string {
 	ms := max(t.UnixMilli(), 0)
 	return fmt.Sprintf("%08x-%04x", uint64(ms)>>16, uint64(ms)&0xffff)
 }
 
-func eventIDTime(id string) time.Time {
+// EventIDTime is when the event with that ID was made.
+func EventIDTime(id string) time.Time {
 	hi, _ := strconv.ParseUint(id[0:8], 16, 64)
 	lo, _ := strconv.ParseUint(id[9:13], 16, 64)
 	return time.UnixMilli(int64(hi<<16 | lo))
@@ -461,7 +464,7 @@ func ParseEventCursor(s string) (eventCursor, error) {
 	}
 	id, rev, hasRev := strings.Cut(s, "@")
 	c := eventCursor{id: id, hasRev: hasRev}
-	if id != "" && !eventIDPattern.MatchString(id) || id == "" && !hasRev {
+	if id != "" && !EventIDPattern.MatchString(id) || id == "" && !hasRev {
 		return c, bad
 	}
 	if hasRev {
@@ -485,7 +488,7 @@ func (s *State) ScanEvents(ctx context.Context, prefix string, cur eventCursor, 
 	if cur.id != "" {
 		// A page is keyed by its first event, and one that began before
 		// the cursor's lookback may still hold events within it.
-		after = prefix + eventIDFloor(eventIDTime(cur.id).Add(-2*eventLookback))
+		after = prefix + EventIDFloor(EventIDTime(cur.id).Add(-2*eventLookback))
 	}
 	out := []events.Event{}
 	last := "" // the last ID consumed, in order

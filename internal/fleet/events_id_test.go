@@ -22,7 +22,7 @@ func TestEventIDsSortByTime(t *testing.T) {
 	for _, s := range steps {
 		for range s.n {
 			id := g.next(s.at)
-			if !eventIDPattern.MatchString(id) {
+			if !EventIDPattern.MatchString(id) {
 				t.Fatalf("%s: %q is not a UUIDv7", s.name, id)
 			}
 			if id <= prev {
@@ -31,7 +31,7 @@ func TestEventIDsSortByTime(t *testing.T) {
 			prev = id
 		}
 	}
-	if got := eventIDTime(g.next(t0.Add(time.Hour))); !got.Equal(t0.Add(time.Hour)) {
+	if got := EventIDTime(g.next(t0.Add(time.Hour))); !got.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("id time %v, want %v", got, t0.Add(time.Hour))
 	}
 }
@@ -51,7 +51,7 @@ func TestEventIDFloor(t *testing.T) {
 	}
 	for _, c := range cases {
 		var g eventIDs // fresh: a used one never goes back in time
-		if got := eventIDFloor(c.floor) < g.next(c.id); got != c.below {
+		if got := EventIDFloor(c.floor) < g.next(c.id); got != c.below {
 			t.Errorf("%s: floor below id = %v, want %v", c.name, got, c.below)
 		}
 	}
