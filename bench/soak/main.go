@@ -51,6 +51,8 @@ type options struct {
 	scaleEvery   time.Duration
 	setupTimeout time.Duration
 	retention    time.Duration
+	eventsKept   time.Duration
+	auditKept    time.Duration
 	eventLimit   int
 	warmup       float64
 	out          string
@@ -69,6 +71,8 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.scaleEvery, "scale-every", 3*time.Minute, "time between service scalings (up 5%, then back)")
 	fs.DurationVar(&o.setupTimeout, "setup-timeout", 20*time.Minute, "give up if the fleet has not converged after this long")
 	fs.DurationVar(&o.retention, "stopped-task-retention", 5*time.Minute, "how long the server keeps stopped tasks: shorter than -duration, so that expiry is part of what is measured")
+	fs.DurationVar(&o.eventsKept, "event-retention", 10*time.Minute, "how long the server keeps events: shorter than -duration, so that their expiry is measured too")
+	fs.DurationVar(&o.auditKept, "audit-retention", 10*time.Minute, "how long the server keeps audit records: shorter than -duration (the default, 24h, would let the client's calls pile up for the whole run)")
 	fs.IntVar(&o.eventLimit, "event-limit", 0, "the most events the cluster keeps (0: the server's default)")
 	fs.Float64Var(&o.warmup, "warmup", 0.2, "share of the samples left out of the verdict at the start")
 	fs.StringVar(&o.out, "out", "", "write samples.csv and report.json into this directory")

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
+	"github.com/capstanhq/capstan/internal/store"
 )
 
 // Sample is one reading of the process.
@@ -28,6 +30,12 @@ type Sample struct {
 	APIp99Ms   float64 `json:"apiP99Ms"`
 	Calls      int     `json:"calls"`
 	Instances  int     `json:"hollowInstances"`
+	// What etcd holds, to tell which kind of record a growing database
+	// comes from: task records, and events and audit records (stored
+	// in pages of several).
+	Tasks        int `json:"tasks"`
+	Events       int `json:"events"`
+	AuditRecords int `json:"auditRecords"`
 }
 
 // latencies holds the client's call times since the last sample.
@@ -95,7 +103,35 @@ func (s *soak) take(since time.Time) Sample {
 	if st, err := os.Stat(filepath.Join(s.cfg.DataDir, "etcd", "data", "member", "snap", "db")); err == nil {
 		sm.EtcdDBMiB = float64(st.Size()) / (1 << 20)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sm.Tasks = s.records(ctx, store.TaskPrefix(clusterName), false)
+	sm.Events = s.records(ctx, store.EventPrefix(clusterName), true)
+	sm.AuditRecords = s.records(ctx, "audit/", true)
 	return sm
+}
+
+// records counts the keys under prefix, or with paged the records in
+// them: a page's key ends in ".<count>" (a key without one holds one).
+func (s *soak) records(ctx context.Context, prefix string, paged bool) int {
+	keys, _, err := store.Keys(ctx, s.srv.Store, prefix, "", 0)
+	if err != nil {
+		return -1
+	}
+	if !paged {
+		return len(keys)
+	}
+	n := 0
+	for _, k := range keys {
+		c := 1
+		if i := strings.LastIndexByte(k, '.'); i >= 0 {
+			if v, err := strconv.Atoi(k[i+1:]); err == nil {
+				c = v
+			}
+		}
+		n += c
+	}
+	return n
 }
 
 // statusKB is a field of /proc/self/status in KiB.

@@ -92,6 +92,8 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 		AdminSecret:      "capstan-soak-secret",
 		Provisioner:      "sim",
 		StoppedRetention: o.retention,
+		EventRetention:   o.eventsKept,
+		AuditRetention:   o.auditKept,
 		EventLimit:       o.eventLimit,
 		Log:              log,
 		// The provisioner is kept to kill its instances.
@@ -154,8 +156,8 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 		case <-t.C:
 			sm := s.take(soakStart)
 			rep.Samples = append(rep.Samples, sm)
-			s.logf("%6.0fs  rss %6.1f MiB  goroutines %6d  fds %4d  etcd db %6.1f MiB  api p99 %7.1f ms (%d calls)",
-				sm.At, sm.RSSMiB, sm.Goroutines, sm.OpenFiles, sm.EtcdDBMiB, sm.APIp99Ms, sm.Calls)
+			s.logf("%6.0fs  rss %6.1f MiB  goroutines %6d  fds %4d  etcd db %6.1f MiB  api p99 %7.1f ms (%d calls)  tasks %d  events %d  audit %d",
+				sm.At, sm.RSSMiB, sm.Goroutines, sm.OpenFiles, sm.EtcdDBMiB, sm.APIp99Ms, sm.Calls, sm.Tasks, sm.Events, sm.AuditRecords)
 		}
 	}
 	t.Stop()

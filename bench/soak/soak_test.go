@@ -24,7 +24,7 @@ func TestSoak(t *testing.T) {
 	}
 	o := options{instances: *soakN, duration: *soakDuration, sample: 10 * time.Second, rolloutEvery: time.Minute,
 		killEvery: 30 * time.Second, scaleEvery: 45 * time.Second, setupTimeout: 4 * time.Minute,
-		retention: time.Minute, eventLimit: 2000, warmup: 0.2, work: t.TempDir()}
+		retention: time.Minute, eventsKept: time.Minute, auditKept: time.Minute, eventLimit: 2000, warmup: 0.2, work: t.TempDir()}
 	ctx, cancel := context.WithTimeout(context.Background(), o.duration+2*o.setupTimeout+time.Minute)
 	defer cancel()
 	var out bytes.Buffer

@@ -170,11 +170,11 @@ func (r *Report) write(dir string) error {
 		return err
 	}
 	cw := csv.NewWriter(f)
-	cw.Write([]string{"at_s", "rss_mib", "goroutines", "open_files", "etcd_db_mib", "api_p99_ms", "calls", "hollow_instances"})
+	cw.Write([]string{"at_s", "rss_mib", "goroutines", "open_files", "etcd_db_mib", "api_p99_ms", "calls", "hollow_instances", "tasks", "events", "audit_records"})
 	ff := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 	for _, s := range r.Samples {
 		cw.Write([]string{ff(s.At), ff(s.RSSMiB), strconv.Itoa(s.Goroutines), strconv.Itoa(s.OpenFiles), ff(s.EtcdDBMiB), ff(s.APIp99Ms),
-			strconv.Itoa(s.Calls), strconv.Itoa(s.Instances)})
+			strconv.Itoa(s.Calls), strconv.Itoa(s.Instances), strconv.Itoa(s.Tasks), strconv.Itoa(s.Events), strconv.Itoa(s.AuditRecords)})
 	}
 	cw.Flush()
 	if err := cw.Error(); err != nil {

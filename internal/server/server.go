@@ -106,8 +106,10 @@ type Config struct {
 	// (ClockOffsetEnv). Leadership does not read it: it rests on etcd
 	// leases.
 	ClockOffset time.Duration
-	// EventLimit is the most events a cluster keeps (0: the default).
-	EventLimit int
+	// EventLimit is the most events a cluster keeps (0: the default);
+	// EventRetention how long one is kept (0: fleet.DefaultEventRetention).
+	EventLimit     int
+	EventRetention time.Duration
 	// StoppedRetention is how long a stopped task or an INACTIVE container
 	// instance stays describable before the leader deletes it (0:
 	// fleet.DefaultStoppedRetention).
@@ -140,6 +142,9 @@ const MinStoppedRetention = time.Minute
 
 // MinAuditRetention keeps a record for longer than a follower's poll.
 const MinAuditRetention = time.Minute
+
+// MinEventRetention keeps an event for longer than a follower's poll.
+const MinEventRetention = time.Minute
 
 // DefaultProgressDeadline is how long a daemon rollout may make no
 // progress before it stops.
@@ -191,6 +196,15 @@ func (c *Config) Validate() error {
 	}
 	if c.StoppedRetention < MinStoppedRetention {
 		return fmt.Errorf("--stopped-task-retention must be at least %s, got %s", MinStoppedRetention, c.StoppedRetention)
+	}
+	if c.EventRetention == 0 {
+		c.EventRetention = fleet.DefaultEventRetention
+	}
+	if c.EventRetention < MinEventRetention {
+		return fmt.Errorf("--event-retention must be at least %s, got %s", MinEventRetention, c.EventRetention)
+	}
+	if c.EventLimit < 0 {
+		return fmt.Errorf("--event-limit must not be negative, got %d", c.EventLimit)
 	}
 	if c.AuditRetention == 0 {
 		c.AuditRetention = audit.DefaultRetention
@@ -304,7 +318,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	endpoint := advertised(&cfg, addr)
 	svc := fleet.New(fleet.Config{Store: st, Region: cfg.Region, AccountID: cfg.AccountID, Log: cfg.Log, Endpoint: endpoint, Now: cfg.now(),
-		AlarmSource: cfg.AlarmSource != "", ProgressDeadline: max(cfg.ProgressDeadline, 0), EventLimit: cfg.EventLimit})
+		AlarmSource: cfg.AlarmSource != "", ProgressDeadline: max(cfg.ProgressDeadline, 0), EventLimit: cfg.EventLimit, EventRetention: cfg.EventRetention})
 	identities := iam.NewStore(st, cfg.AccountID)
 	if err := sealSecrets(ctx, &cfg, svc, identities); err != nil {
 		st.Close()
