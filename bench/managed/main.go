@@ -21,7 +21,15 @@
 //     the cluster's recorded events (CapstanV1.ListEvents, with a cursor)
 //     are read into per-instance timelines, and the seconds in which an
 //     instance in service ran an application task while a critical daemon
-//     targeting it was not RUNNING there are added up. The goal is 0.
+//     targeting it was not RUNNING there are added up. The goal is 0;
+//  3. crash: a critical daemon without a health check that exits at once,
+//     and one that exits after 0.2 s, each on a capacity provider of its
+//     own with -crash-instances app tasks waiting: for -crash-for, how
+//     long after the agent's startedAt the server records each start's
+//     STOPPED (the evidence for daemons.SteadyFor, the wait before such a
+//     daemon counts as ready), and whether an instance became ACTIVE.
+//
+// -scenarios picks some of cold, coverage and crash.
 //
 // Each scenario also reports the gap read two other ways: on the agent's
 // clock (startedAt, stoppedAt in the task events) and naively (without
@@ -61,8 +69,11 @@ type options struct {
 	eventsOut string
 	// sidecarStop gives the coverage scenario's critical daemon a
 	// non-essential container that ignores SIGTERM for this long.
-	sidecarStop time.Duration
-	binary      string
+	sidecarStop    time.Duration
+	binary         string
+	crashFor       time.Duration
+	crashInstances int
+	scenarios      map[string]bool
 }
 
 func main() { benchkit.Main("managed", parseFlags, run) }
@@ -81,8 +92,20 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.eventsOut, "events", "", "write every event read (the recorded history the gaps come from) to this file, one JSON object a line")
 	fs.DurationVar(&o.sidecarStop, "sidecar-stop", 0, "give the coverage daemon guard a non-essential container that ignores SIGTERM and is killed after this stop timeout (whole seconds; 0: none)")
 	fs.StringVar(&o.binary, "binary", "", "statically linked capstan to run as the instances' agent (default: CGO_ENABLED=0 go build ./cmd/capstan)")
+	fs.DurationVar(&o.crashFor, "crash-for", 40*time.Second, "how long the crash scenario watches its dying daemons restart (they back off 5 s, 10 s, 20 s...)")
+	fs.IntVar(&o.crashInstances, "crash-instances", 2, "instances of each dying daemon in the crash scenario")
+	scen := fs.String("scenarios", "cold,coverage,crash", "the scenarios to run, comma-separated")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	o.scenarios = map[string]bool{}
+	for _, s := range strings.Split(*scen, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "cold", "coverage", "crash":
+			o.scenarios[s] = true
+		default:
+			return o, fmt.Errorf("-scenarios: %q is not cold, coverage or crash", s)
+		}
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -93,6 +116,8 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-poll must be positive")
 	case o.settle < 0:
 		return o, errors.New("-settle must not be negative")
+	case o.crashFor <= 0 || o.crashInstances < 1:
+		return o, errors.New("-crash-for must be positive and -crash-instances at least 1")
 	case runtime.GOOS != "linux":
 		return o, errors.New("local instances need Linux")
 	}
@@ -109,6 +134,7 @@ type Report struct {
 	Binary   string           `json:"agentBinary"`
 	Cold     *Cold            `json:"coldStart,omitempty"`
 	Coverage *Coverage        `json:"coverage,omitempty"`
+	Crash    *Crash           `json:"crash,omitempty"`
 	Cleanup  benchkit.Cleanup `json:"cleanup"`
 	Notes    []string         `json:"notes"`
 }
@@ -140,9 +166,14 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	rep.Machine, rep.Image, rep.Binary = b.Machine, b.Image, b.Bin
 
 	var runErr error
-	rep.Cold, runErr = b.coldStarts(ctx)
-	if runErr == nil {
+	if o.scenarios["cold"] {
+		rep.Cold, runErr = b.coldStarts(ctx)
+	}
+	if runErr == nil && o.scenarios["coverage"] {
 		rep.Coverage, runErr = b.coverage(ctx)
+	}
+	if runErr == nil && o.scenarios["crash"] {
+		rep.Crash, runErr = b.crashes(ctx)
 	}
 	if runErr != nil {
 		fmt.Fprintln(stdout, "error:", runErr)
@@ -221,6 +252,9 @@ func printReport(w io.Writer, rep *Report) {
 				fmt.Fprintf(w, "  %s: orphan instance: %s\n", s.Name, o)
 			}
 		}
+	}
+	if rep.Crash != nil {
+		printCrash(w, rep.Crash)
 	}
 	fmt.Fprintf(w, "\nrun took %.0f s\n", rep.Seconds)
 }
