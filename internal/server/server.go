@@ -191,26 +191,24 @@ func (c *Config) Validate() error {
 	if c.ProgressDeadline == 0 {
 		c.ProgressDeadline = DefaultProgressDeadline
 	}
-	if c.StoppedRetention == 0 {
-		c.StoppedRetention = fleet.DefaultStoppedRetention
-	}
-	if c.StoppedRetention < MinStoppedRetention {
-		return fmt.Errorf("--stopped-task-retention must be at least %s, got %s", MinStoppedRetention, c.StoppedRetention)
-	}
-	if c.EventRetention == 0 {
-		c.EventRetention = fleet.DefaultEventRetention
-	}
-	if c.EventRetention < MinEventRetention {
-		return fmt.Errorf("--event-retention must be at least %s, got %s", MinEventRetention, c.EventRetention)
+	for _, r := range []struct {
+		flag     string
+		v        *time.Duration
+		def, min time.Duration
+	}{
+		{"--stopped-task-retention", &c.StoppedRetention, fleet.DefaultStoppedRetention, MinStoppedRetention},
+		{"--event-retention", &c.EventRetention, fleet.DefaultEventRetention, MinEventRetention},
+		{"--audit-retention", &c.AuditRetention, audit.DefaultRetention, MinAuditRetention},
+	} {
+		if *r.v == 0 {
+			*r.v = r.def
+		}
+		if *r.v < r.min {
+			return fmt.Errorf("%s must be at least %s, got %s", r.flag, r.min, *r.v)
+		}
 	}
 	if c.EventLimit < 0 {
 		return fmt.Errorf("--event-limit must not be negative, got %d", c.EventLimit)
-	}
-	if c.AuditRetention == 0 {
-		c.AuditRetention = audit.DefaultRetention
-	}
-	if c.AuditRetention < MinAuditRetention {
-		return fmt.Errorf("--audit-retention must be at least %s, got %s", MinAuditRetention, c.AuditRetention)
 	}
 	if c.AuditLimit < 0 {
 		return fmt.Errorf("--audit-limit must not be negative, got %d", c.AuditLimit)
