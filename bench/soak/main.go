@@ -23,7 +23,8 @@
 //     DescribeContainerInstances.
 //
 // Every -sample it records the process's RSS, goroutines and open files,
-// the size of etcd's database file and the p99 of the client's calls since
+// etcd's database (the file, and the part in use), the records it holds
+// (tasks, events, audit records) and the p99 of the client's calls since
 // the last sample. At the end it prints each series over time and a growth
 // verdict (see verdict.go), writes samples.csv and report.json to -out, and
 // exits with status 1 when a series grew without bound. The hollow agents

@@ -27,9 +27,15 @@ type Sample struct {
 	Goroutines int     `json:"goroutines"`
 	OpenFiles  int     `json:"openFiles"`
 	EtcdDBMiB  float64 `json:"etcdDbMiB"`
-	APIp99Ms   float64 `json:"apiP99Ms"`
-	Calls      int     `json:"calls"`
-	Instances  int     `json:"hollowInstances"`
+	// EtcdInUseMiB is the part of the database in use: the file also
+	// holds free pages, which a defragmentation gives back only once the
+	// file is twice its last defragmented size, so the file's size is a
+	// sawtooth whatever the records do, and what is in use is the series
+	// a leak would show in.
+	EtcdInUseMiB float64 `json:"etcdInUseMiB"`
+	APIp99Ms     float64 `json:"apiP99Ms"`
+	Calls        int     `json:"calls"`
+	Instances    int     `json:"hollowInstances"`
 	// What etcd holds, to tell which kind of record a growing database
 	// comes from: task records, and events and audit records (stored
 	// in pages of several).
@@ -102,6 +108,9 @@ func (s *soak) take(since time.Time) Sample {
 		OpenFiles: openFiles(), APIp99Ms: benchkit.Ms(benchkit.Pct(ds, 0.99)), Calls: len(ds), Instances: len(s.handles())}
 	if st, err := os.Stat(filepath.Join(s.cfg.DataDir, "etcd", "data", "member", "snap", "db")); err == nil {
 		sm.EtcdDBMiB = float64(st.Size()) / (1 << 20)
+	}
+	if _, inUse, ok := s.srv.Store.DatabaseSize(); ok {
+		sm.EtcdInUseMiB = float64(inUse) / (1 << 20)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

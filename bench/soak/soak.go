@@ -156,8 +156,8 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 		case <-t.C:
 			sm := s.take(soakStart)
 			rep.Samples = append(rep.Samples, sm)
-			s.logf("%6.0fs  rss %6.1f MiB  goroutines %6d  fds %4d  etcd db %6.1f MiB  api p99 %7.1f ms (%d calls)  tasks %d  events %d  audit %d",
-				sm.At, sm.RSSMiB, sm.Goroutines, sm.OpenFiles, sm.EtcdDBMiB, sm.APIp99Ms, sm.Calls, sm.Tasks, sm.Events, sm.AuditRecords)
+			s.logf("%6.0fs  rss %6.1f MiB  goroutines %6d  fds %4d  etcd db %6.1f MiB (%.1f in use)  api p99 %7.1f ms (%d calls)  tasks %d  events %d  audit %d",
+				sm.At, sm.RSSMiB, sm.Goroutines, sm.OpenFiles, sm.EtcdDBMiB, sm.EtcdInUseMiB, sm.APIp99Ms, sm.Calls, sm.Tasks, sm.Events, sm.AuditRecords)
 		}
 	}
 	t.Stop()
@@ -170,6 +170,10 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	s.actions.Range(func(k, v any) bool { rep.Actions[k.(string)] = v.(*atomic.Int64).Load(); return true })
 	rep.Errors = s.errs.Load()
 	rep.LastErrors = s.lastErr
+	for _, d := range s.srv.Store.Defrags() {
+		rep.Defrags = append(rep.Defrags, DefragRecord{At: d.At.Sub(soakStart).Seconds(),
+			BeforeMiB: float64(d.BeforeBytes) / (1 << 20), AfterMiB: float64(d.AfterBytes) / (1 << 20)})
+	}
 	rep.Series = analyse(rep.Samples, o.warmup)
 	for _, se := range rep.Series {
 		if se.Grows {

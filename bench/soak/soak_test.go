@@ -69,7 +69,7 @@ func TestAnalyse(t *testing.T) {
 	mk := func(f func(i int) float64) []Sample {
 		var s []Sample
 		for i := range 60 {
-			s = append(s, Sample{At: float64(i * 60), RSSMiB: f(i), Goroutines: 1000, OpenFiles: 50, EtcdDBMiB: 10})
+			s = append(s, Sample{At: float64(i * 60), RSSMiB: f(i), Goroutines: 1000, OpenFiles: 50, EtcdDBMiB: 10, EtcdInUseMiB: 8})
 		}
 		return s
 	}

@@ -31,6 +31,16 @@ type Report struct {
 	Samples         []Sample         `json:"samples"`
 	Series          []Series         `json:"series"`
 	Growing         []string         `json:"growing"`
+	// Defrags are the member's defragmentations: the size each left is
+	// what the records took then.
+	Defrags []DefragRecord `json:"defrags"`
+}
+
+// DefragRecord is one defragmentation of the embedded member.
+type DefragRecord struct {
+	At        float64 `json:"at"` // seconds into the soak
+	BeforeMiB float64 `json:"beforeMiB"`
+	AfterMiB  float64 `json:"afterMiB"`
 }
 
 // Series is one measured quantity's verdict.
@@ -66,7 +76,7 @@ var metrics = []metric{
 	{"rss MiB", 0.2, 32, func(s Sample) float64 { return s.RSSMiB }, nil},
 	{"goroutines", 0.1, 100, func(s Sample) float64 { return float64(s.Goroutines) }, nil},
 	{"open files", 0.1, 20, func(s Sample) float64 { return float64(s.OpenFiles) }, nil},
-	{"etcd db MiB", 0.25, 4, func(s Sample) float64 { return s.EtcdDBMiB }, nil},
+	{"etcd in use MiB", 0.25, 4, func(s Sample) float64 { return s.EtcdInUseMiB }, nil},
 	{"api p99 ms", 1.0, 50, func(s Sample) float64 { return s.APIp99Ms }, func(s Sample) bool { return s.Calls == 0 }},
 }
 
@@ -140,20 +150,25 @@ func (r *Report) print(w io.Writer) {
 	fmt.Fprintf(w, "\nsoak: %d instances for %s after a setup of %.0fs; load %s → %s; %d CPUs\n",
 		r.Instances, time.Duration(r.DurationSeconds*float64(time.Second)), r.SetupSeconds, r.LoadAvgStart, r.LoadAvgEnd, r.CPUs)
 	fmt.Fprintf(w, "actions %v, errors %d\n\n", r.Actions, r.Errors)
-	fmt.Fprintf(w, "%8s %9s %10s %6s %9s %9s\n", "at", "rss MiB", "goroutines", "fds", "db MiB", "p99 ms")
+	fmt.Fprintf(w, "%8s %9s %10s %6s %9s %9s %9s\n", "at", "rss MiB", "goroutines", "fds", "db MiB", "in use", "p99 ms")
 	step := max(1, len(r.Samples)/12)
 	for i, s := range r.Samples {
 		if i%step == 0 || i == len(r.Samples)-1 {
-			fmt.Fprintf(w, "%7.0fs %9.1f %10d %6d %9.1f %9.1f\n", s.At, s.RSSMiB, s.Goroutines, s.OpenFiles, s.EtcdDBMiB, s.APIp99Ms)
+			fmt.Fprintf(w, "%7.0fs %9.1f %10d %6d %9.1f %9.1f %9.1f\n", s.At, s.RSSMiB, s.Goroutines, s.OpenFiles, s.EtcdDBMiB, s.EtcdInUseMiB, s.APIp99Ms)
 		}
 	}
-	fmt.Fprintf(w, "\n%-12s %12s %12s %10s %10s  %s\n", "series", "median 1st", "median 2nd", "rise 2nd", "allowed", "verdict")
+	fmt.Fprintf(w, "\n%d defragmentations; the database after each (MiB):", len(r.Defrags))
+	for _, d := range r.Defrags {
+		fmt.Fprintf(w, " %.1f (at %.0fs)", d.AfterMiB, d.At)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "\n%-15s %12s %12s %10s %10s  %s\n", "series", "median 1st", "median 2nd", "rise 2nd", "allowed", "verdict")
 	for _, s := range r.Series {
 		v := "bounded"
 		if s.Grows {
 			v = "GROWS"
 		}
-		fmt.Fprintf(w, "%-12s %12.1f %12.1f %10.1f %10.1f  %s\n", s.Name, s.MedianFirst, s.MedianLast, s.Rise, s.Allowed, v)
+		fmt.Fprintf(w, "%-15s %12.1f %12.1f %10.1f %10.1f  %s\n", s.Name, s.MedianFirst, s.MedianLast, s.Rise, s.Allowed, v)
 	}
 }
 
@@ -170,10 +185,10 @@ func (r *Report) write(dir string) error {
 		return err
 	}
 	cw := csv.NewWriter(f)
-	cw.Write([]string{"at_s", "rss_mib", "goroutines", "open_files", "etcd_db_mib", "api_p99_ms", "calls", "hollow_instances", "tasks", "events", "audit_records"})
+	cw.Write([]string{"at_s", "rss_mib", "goroutines", "open_files", "etcd_db_mib", "etcd_in_use_mib", "api_p99_ms", "calls", "hollow_instances", "tasks", "events", "audit_records"})
 	ff := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 	for _, s := range r.Samples {
-		cw.Write([]string{ff(s.At), ff(s.RSSMiB), strconv.Itoa(s.Goroutines), strconv.Itoa(s.OpenFiles), ff(s.EtcdDBMiB), ff(s.APIp99Ms),
+		cw.Write([]string{ff(s.At), ff(s.RSSMiB), strconv.Itoa(s.Goroutines), strconv.Itoa(s.OpenFiles), ff(s.EtcdDBMiB), ff(s.EtcdInUseMiB), ff(s.APIp99Ms),
 			strconv.Itoa(s.Calls), strconv.Itoa(s.Instances), strconv.Itoa(s.Tasks), strconv.Itoa(s.Events), strconv.Itoa(s.AuditRecords)})
 	}
 	cw.Flush()

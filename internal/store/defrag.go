@@ -122,6 +122,17 @@ func (d *defragger) list() []Defrag {
 // Defrags are the embedded member's defragmentations so far.
 func (s *Store) Defrags() []Defrag { return s.defrags.list() }
 
+// DatabaseSize is the embedded member's database file and the part of it
+// in use (the rest is free pages a defragmentation gives back); ok is
+// false with an external etcd.
+func (s *Store) DatabaseSize() (size, inUse int64, ok bool) {
+	if s.embedded == nil {
+		return 0, 0, false
+	}
+	be := s.embedded.etcd.Server.Backend()
+	return be.Size(), be.SizeInUse(), true
+}
+
 // reclaim defragments the embedded member whose database reached its
 // quota once compactions freed enough of it, so that the NOSPACE alarm can
 // be cleared; at most once per defragSpacing.

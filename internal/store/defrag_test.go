@@ -137,6 +137,12 @@ func TestDefragmentsWhenQuietAndKeepsEveryRecord(t *testing.T) {
 	if d.AfterBytes >= d.BeforeBytes || d.AfterBytes > live*14/10 || st.Size() >= d.BeforeBytes || st.Size() > 2*d.AfterBytes {
 		t.Fatalf("defragmentation left %d bytes (file %d) of %d; the live records hold %d", d.AfterBytes, st.Size(), d.BeforeBytes, live)
 	}
+	// What the soak reads: the database and the part in use, within the
+	// file and holding the live records (their 16 KB of random text does
+	// not compress below half).
+	if size, inUse, ok := s.DatabaseSize(); !ok || size > st.Size() || inUse > size || inUse < live/2 {
+		t.Fatalf("DatabaseSize: %d bytes, %d in use, ok %v; file %d, live records %d", size, inUse, ok, st.Size(), live)
+	}
 
 	check := func(s *Store, what string) {
 		t.Helper()
