@@ -13,6 +13,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
+	"github.com/capstanhq/capstan/internal/agent/daemonnet"
 )
 
 // Dist summarises samples in milliseconds.
@@ -51,6 +52,14 @@ type Latency struct {
 	PollMs  float64 `json:"pollIntervalMs"`
 	Capstan Dist    `json:"capstan"`
 	Docker  Dist    `json:"docker"`
+	// DockerNet is the raw path on the agent's instance network, where the
+	// agent puts bridge-mode tasks (so that they reach the daemons at a
+	// fixed address): what Docker itself charges for that network, apart
+	// from what the agent adds. Empty when the instance has no network.
+	Network        string  `json:"instanceNetwork,omitempty"`
+	DockerNet      *Dist   `json:"dockerOnInstanceNetwork,omitempty"`
+	RatioNet       float64 `json:"ratioOfMediansToInstanceNetwork,omitempty"`
+	OverheadNetP50 float64 `json:"overheadP50ToInstanceNetworkMs,omitempty"`
 	// Ratio is Capstan p50 over docker p50; OverheadP50 their difference.
 	Ratio       float64 `json:"ratioOfMedians"`
 	OverheadP50 float64 `json:"overheadP50Ms"`
@@ -64,6 +73,7 @@ type Latency struct {
 	// split of the docker path shows what the engine alone takes.
 	CapstanStages map[string]Dist `json:"capstanStages"`
 	DockerStages  map[string]Dist `json:"dockerStages"`
+	NetStages     map[string]Dist `json:"dockerOnInstanceNetworkStages,omitempty"`
 	DescribeCall  Dist            `json:"describeTasksCall"`
 	NewConns      int64           `json:"newClientConnections"`
 	Runs          []Sample        `json:"runs"`
@@ -71,27 +81,43 @@ type Latency struct {
 
 func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	lat := &Latency{Samples: b.o.n, Warmup: b.o.warmup, PollMs: benchkit.Ms(b.o.poll), Goal: goalRatio}
-	var capstan, raw []Sample
+	var capstan, raw, onNet []Sample
 	var describe []time.Duration
 	total := b.o.warmup + b.o.n
-	fmt.Fprintf(b.out, "latency: %d warm-up + %d measured pairs, alternating which path goes first\n", b.o.warmup, b.o.n)
+	// Bridge-mode tasks go on the instance network; the third path is the
+	// raw create and start on it.
+	nets, err := b.rt.Networks(ctx, map[string]string{daemonnet.LabelRole: daemonnet.RoleNetwork})
+	if err != nil {
+		return nil, fmt.Errorf("the instance network: %w", err)
+	}
+	if len(nets) == 1 {
+		lat.Network = nets[0].Name
+	}
+	paths := []string{"capstan", "docker"}
+	if lat.Network != "" {
+		paths = append(paths, "docker-net")
+	}
+	fmt.Fprintf(b.out, "latency: %d warm-up + %d measured rounds of %d paths, rotating which goes first\n", b.o.warmup, b.o.n, len(paths))
 	dials0 := dials.Load()
 	for i := range total {
 		measured := i >= b.o.warmup
 		if i == b.o.warmup {
 			dials0 = dials.Load()
 		}
-		capFirst := i%2 == 0
-		var cs, rs Sample
+		var cs, rs, ns Sample
 		var calls []time.Duration
-		var err error
-		for _, path := range []bool{capFirst, !capFirst} {
-			if path {
+		for k := range paths {
+			var err error
+			switch p := paths[(i+k)%len(paths)]; p {
+			case "capstan":
 				cs, calls, err = b.capstanSample(ctx)
-				cs.First = capFirst
-			} else {
-				rs, err = b.rawSample(ctx)
-				rs.First = !capFirst
+				cs.First = k == 0
+			case "docker":
+				rs, err = b.rawSample(ctx, "")
+				rs.First = k == 0
+			default:
+				ns, err = b.rawSample(ctx, lat.Network)
+				ns.First, ns.Path = k == 0, p
 			}
 			if err != nil {
 				return nil, err
@@ -103,14 +129,21 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 		tag := "warm-up"
 		if measured {
 			tag = fmt.Sprintf("%d/%d", i-b.o.warmup+1, b.o.n)
-			cs.Index, rs.Index = i-b.o.warmup, i-b.o.warmup
+			cs.Index, rs.Index, ns.Index = i-b.o.warmup, i-b.o.warmup, i-b.o.warmup
 			capstan, raw = append(capstan, cs), append(raw, rs)
+			if lat.Network != "" {
+				onNet = append(onNet, ns)
+			}
 			describe = append(describe, calls...)
 		}
-		fmt.Fprintf(b.out, "  %-7s capstan %7.1f ms (%d polls)   docker %6.1f ms\n", tag, cs.Total, cs.Polls, rs.Total)
+		line := fmt.Sprintf("  %-7s capstan %7.1f ms (%d polls)   docker %6.1f ms", tag, cs.Total, cs.Polls, rs.Total)
+		if lat.Network != "" {
+			line += fmt.Sprintf("   docker on %s %6.1f ms", lat.Network, ns.Total)
+		}
+		fmt.Fprintln(b.out, line)
 	}
 	lat.NewConns = dials.Load() - dials0
-	lat.Runs = append(capstan, raw...)
+	lat.Runs = append(append(capstan, raw...), onNet...)
 	lat.Capstan = dist(totals(capstan, func(s Sample) float64 { return s.Total }))
 	lat.Docker = dist(totals(raw, func(s Sample) float64 { return s.Total }))
 	if lat.Docker.P50 > 0 {
@@ -123,6 +156,17 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	lat.DockerStages = stages(raw)
 	lat.DockerStages["create call"] = dist(totals(raw, func(s Sample) float64 { return s.Call }))
 	lat.DockerStages["start call"] = dist(totals(raw, func(s Sample) float64 { return s.StartCall }))
+	if len(onNet) > 0 {
+		d := dist(totals(onNet, func(s Sample) float64 { return s.Total }))
+		lat.DockerNet = &d
+		if d.P50 > 0 {
+			lat.RatioNet = lat.Capstan.P50 / d.P50
+		}
+		lat.OverheadNetP50 = lat.Capstan.P50 - d.P50
+		lat.NetStages = stages(onNet)
+		lat.NetStages["create call"] = dist(totals(onNet, func(s Sample) float64 { return s.Call }))
+		lat.NetStages["start call"] = dist(totals(onNet, func(s Sample) float64 { return s.StartCall }))
+	}
 	d := make([]float64, len(describe))
 	for i, x := range describe {
 		d[i] = benchkit.Ms(x)
@@ -208,8 +252,9 @@ func (b *bench) capstanSample(ctx context.Context) (Sample, []time.Duration, err
 	return s, calls, b.stopTasks(ctx, []string{arn})
 }
 
-// rawSample creates and starts the same container on the engine directly.
-func (b *bench) rawSample(ctx context.Context) (Sample, error) {
+// rawSample creates and starts the same container on the engine directly,
+// on network ("": the engine's default bridge).
+func (b *bench) rawSample(ctx context.Context, network string) (Sample, error) {
 	s := Sample{Path: "docker"}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
@@ -222,6 +267,9 @@ func (b *bench) rawSample(ctx context.Context) (Sample, error) {
 		// The resources the agent sets for this task definition, so the
 		// engine does the same work on both paths.
 		HostConfig: &container.HostConfig{Resources: container.Resources{Memory: taskMemoryMiB << 20, CPUShares: b.o.rawShares}},
+	}
+	if network != "" {
+		opts.HostConfig.NetworkMode = container.NetworkMode(network)
 	}
 	t0 := time.Now()
 	res, err := b.dc.ContainerCreate(ctx, opts)

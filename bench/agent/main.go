@@ -13,12 +13,14 @@
 //  1. idle: the agent's RSS once it has been steady for -steady after its
 //     session connected, then its CPU over -window;
 //  2. loaded: -tasks busybox tasks RUNNING, RSS once steady, CPU over -window;
-//  3. latency: -n pairs of samples, interleaved and alternating which goes
-//     first so both paths share the machine's conditions. The Capstan sample
+//  3. latency: -n rounds of samples, interleaved and rotating which path
+//     goes first so all share the machine's conditions. The Capstan sample
 //     is RunTask until a client polling DescribeTasks every -poll sees
 //     RUNNING; the raw sample is ContainerCreate + ContainerStart on the
-//     moby client until Start returns. Everything is stopped and removed
-//     between samples.
+//     moby client until Start returns, on the engine's default bridge and,
+//     when the instance has one, on the agent's instance network (where
+//     bridge-mode tasks go). Everything is stopped and removed between
+//     samples.
 //
 // Linux only (it reads /proc). Every container it makes carries the label
 // com.capstan.cluster=<cluster>, and all of them are removed at the end.

@@ -79,10 +79,20 @@ func printTable(w io.Writer, rep *Report) {
 		row("", stageDispatch, l.DockerStages[stageDispatch])
 		row("", stageEngine, l.DockerStages[stageEngine])
 		row("", "started → returned", l.DockerStages[stageReport])
+		if l.DockerNet != nil {
+			row("docker, instance network", "total", *l.DockerNet)
+			row("", "create call", l.NetStages["create call"])
+			row("", "start call", l.NetStages["start call"])
+			row("", stageEngine, l.NetStages[stageEngine])
+		}
 		row("DescribeTasks call", "", l.DescribeCall)
 		tw.Flush()
 		fmt.Fprintf(w, "\nratio of medians %.2f (goal ≤ %.1f): %s; p50 overhead %+.1f ms; %d new client connections while measuring\n",
 			l.Ratio, l.Goal, verdict(l.Met), l.OverheadP50, l.NewConns)
+		if l.DockerNet != nil {
+			fmt.Fprintf(w, "against docker on the instance network %s (where the agent puts bridge-mode tasks): ratio %.2f, p50 overhead %+.1f ms\n",
+				l.Network, l.RatioNet, l.OverheadNetP50)
+		}
 		fmt.Fprintln(w, "(sent/created/started are the engine's own timestamps of the container)")
 	}
 
