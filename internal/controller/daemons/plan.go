@@ -97,9 +97,10 @@ type Action struct {
 // SteadyFor is how long a critical daemon without a health check must have
 // run before it lets its instance become ACTIVE: a daemon that crashes at
 // once must not flash RUNNING long enough to open the instance to tasks.
-// Measured (bench/managed's crash scenario, real Docker and agents): such
-// a daemon's STOPPED reached the server at most 391 ms after its startedAt
-// with both cores saturated, so a second leaves a margin of 2.5 times.
+// Measured (bench/managed's crash scenario, real Docker and agents, eight
+// instances starting together): such a daemon's STOPPED reached the server
+// at most 407 ms after its startedAt, on a quiet host and a busy one alike,
+// so a second leaves a margin of about 2.5 times.
 const SteadyFor = time.Second
 
 // Backoff is the wait before restarting a daemon after n failed starts in
