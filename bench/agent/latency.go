@@ -86,7 +86,7 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	total := b.o.warmup + b.o.n
 	// Bridge-mode tasks go on the instance network; the third path is the
 	// raw create and start on it.
-	nets, err := b.rt.Networks(ctx, map[string]string{daemonnet.LabelRole: daemonnet.RoleNetwork})
+	nets, err := b.rt.Networks(ctx, map[string]string{daemonnet.LabelRole: daemonnet.RoleNetwork, labelCluster: b.cluster})
 	if err != nil {
 		return nil, fmt.Errorf("the instance network: %w", err)
 	}

@@ -127,6 +127,16 @@ func (b *bench) removeAll(ctx context.Context) {
 	if err := b.removeLabeled(ctx, labelCluster+"="+b.cluster); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/agent: cleanup:", err)
 	}
+	// The agent's instance network outlives the agent's process.
+	nets, err := b.rt.Networks(ctx, map[string]string{labelCluster: b.cluster})
+	for _, n := range nets {
+		if err == nil {
+			err = b.rt.RemoveNetwork(ctx, n.ID)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/agent: cleanup of the instance network:", err)
+	}
 }
 
 func isNotFound(err error) bool { return cerrdefs.IsNotFound(err) }
