@@ -25,13 +25,13 @@ import (
 // startedAt, so this measures that delay for daemons that exit at once and
 // a little later, on real Docker through real agents.
 type Crash struct {
-	Cluster       string        `json:"cluster"`
-	SteadyForMs   float64       `json:"steadyForMs"`
-	Kinds         []CrashKind   `json:"kinds"`
-	Samples       []CrashSample `json:"samples"`
-	SeenActive    []string      `json:"instancesSeenActive,omitempty"`
-	AppRan        bool          `json:"appTaskRan"`
-	WatchedSecond float64       `json:"watchedSeconds"`
+	Cluster        string        `json:"cluster"`
+	SteadyForMs    float64       `json:"steadyForMs"`
+	Kinds          []CrashKind   `json:"kinds"`
+	Samples        []CrashSample `json:"samples"`
+	SeenActive     []string      `json:"instancesSeenActive,omitempty"`
+	AppRan         bool          `json:"appTaskRan"`
+	WatchedSeconds float64       `json:"watchedSeconds"`
 }
 
 // CrashKind is one way of dying and its distribution.
@@ -39,7 +39,8 @@ type CrashKind struct {
 	Name    string   `json:"name"`
 	Command []string `json:"command"`
 	// Stopped is the daemon's STOPPED recorded by the server, minus the
-	// agent's startedAt: what SteadyFor must exceed.
+	// agent's startedAt, over the starts recorded RUNNING: what SteadyFor
+	// must exceed.
 	Stopped MsDist `json:"stoppedAfterStarted"`
 	// Ran is the container's life by the agent's clock.
 	Ran MsDist `json:"ran"`
@@ -142,7 +143,7 @@ func (b *bench) crashes(ctx context.Context) (*Crash, error) {
 			return c, err
 		}
 	}
-	c.WatchedSecond = time.Since(t0).Seconds()
+	c.WatchedSeconds = time.Since(t0).Seconds()
 	for _, app := range apps {
 		if _, err := b.C.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String(cluster), Task: aws.String(app)}); err != nil {
 			return c, err
@@ -161,20 +162,15 @@ func (b *bench) crashes(ctx context.Context) (*Crash, error) {
 			continue // still starting when the watch ended
 		}
 		s := CrashSample{Kind: kind, Instance: t.Instance, Task: t.Arn}
-		running, flashed := t.First("RUNNING")
-		s.Running = flashed
-		// startedAt is the agent's; without a recorded RUNNING the
-		// STOPPED detail carries it too.
-		started := running.Agent
-		if started.IsZero() {
-			started = startedOf(t)
-		}
-		if started.IsZero() {
-			continue // never started (the container failed to create or start)
-		}
-		s.StoppedMs = ms(stopped.At.Sub(started))
-		if !stopped.Agent.IsZero() {
-			s.RanMs = ms(stopped.Agent.Sub(started))
+		// Only a start recorded RUNNING can count as ready; one that went
+		// straight to STOPPED is counted, not timed (its record has no
+		// startedAt).
+		if running, ok := t.First("RUNNING"); ok && !running.Agent.IsZero() {
+			s.Running = true
+			s.StoppedMs = ms(stopped.At.Sub(running.Agent))
+			if !stopped.Agent.IsZero() {
+				s.RanMs = ms(stopped.Agent.Sub(running.Agent))
+			}
 		}
 		c.Samples = append(c.Samples, s)
 	}
@@ -188,24 +184,12 @@ func (b *bench) crashes(ctx context.Context) (*Crash, error) {
 			k.Starts++
 			if s.Running {
 				k.Flashed++
+				stops, runs = append(stops, s.StoppedMs), append(runs, s.RanMs)
 			}
-			stops, runs = append(stops, s.StoppedMs), append(runs, s.RanMs)
 		}
 		k.Stopped, k.Ran = distMs(stops), distMs(runs)
 	}
 	return c, nil
-}
-
-// startedOf is the agent's startedAt of a task that the record has no
-// RUNNING for: the earliest agent time among its states.
-func startedOf(t *coverage.Task) time.Time {
-	var first time.Time
-	for _, s := range t.States {
-		if !s.Agent.IsZero() && s.Status != "STOPPED" && (first.IsZero() || s.Agent.Before(first)) {
-			first = s.Agent
-		}
-	}
-	return first
 }
 
 // MsDist summarises samples in milliseconds.
@@ -229,7 +213,7 @@ func distMs(xs []float64) MsDist {
 }
 
 func printCrash(w io.Writer, c *Crash) {
-	fmt.Fprintf(w, "\nCritical daemon that dies: its STOPPED recorded after the agent's startedAt, against SteadyFor %.0f ms (%.0f s watched)\n", c.SteadyForMs, c.WatchedSecond)
+	fmt.Fprintf(w, "\nCritical daemon that dies: its STOPPED recorded after the agent's startedAt, against SteadyFor %.0f ms (%.0f s watched)\n", c.SteadyForMs, c.WatchedSeconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "daemon\tstarts\trecorded RUNNING\tstopped p50 ms\tp90 ms\tmax ms\tran p50 ms\tmax ms\t")
 	for _, k := range c.Kinds {
