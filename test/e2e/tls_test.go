@@ -63,7 +63,9 @@ func startTLSServerProcess(t *testing.T, addr, dir string, args ...string) *serv
 		if _, err := os.Stat(bundle); err == nil {
 			if resp, err := tlsClient(t, bundle).Get("https://" + addr + "/healthz"); err == nil {
 				resp.Body.Close()
-				if resp.StatusCode == 200 {
+				// The server serves before it prints the certificate's
+				// lines; its ready line comes after them.
+				if resp.StatusCode == 200 && strings.Contains(p.log.String(), "capstan server ready") {
 					return p
 				}
 			}
