@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/capstanhq/capstan/internal/memlimit"
 	"io"
 	"log/slog"
 	"net/http"
@@ -126,6 +127,8 @@ func start(ctx context.Context, o options, logw io.Writer) (*harness, error) {
 		return nil, fmt.Errorf("start server: %w", err)
 	}
 	h.srv = srv
+	// As capstan server does.
+	memlimit.Apply(ctx, o.memoryLimit, slogger, srv.Service.RegisteredInstances)
 	h.c = newClient(h.url(), h.cfg.AdminKeyID, h.cfg.AdminSecret)
 	return h, nil
 }

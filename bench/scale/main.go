@@ -41,6 +41,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/capstanhq/capstan/internal/memlimit"
 	"os"
 	"os/signal"
 	"strconv"
@@ -73,7 +74,7 @@ type options struct {
 	agentProfile   string
 	agentGOGC      int
 	agentState     string
-	memoryLimit    int64
+	memoryLimit    memlimit.Setting
 	serverGOGC     int
 	retention      time.Duration
 	serverProcs    int
@@ -171,7 +172,10 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.sampleInProcess, "sample-in-process", false, "sample the API during the rollout from the server's process too, beside the client process, doubling the calls the rollout competes with (as every run did until the twenty-seventh round)")
 	fs.DurationVar(&o.idle, "idle", 10*time.Second, "before the rollouts, measure the CPU of the steady fleet for this long (0: not)")
 	fs.IntVar(&o.agentNice, "agent-nice", 10, "niceness of the hollow agents' process (0: the server's): a real fleet's agents run on cores of their own, so by default the server gets the shared cores first and the agents every cycle it leaves")
-	fs.Int64Var(&o.memoryLimit, "server-memory-limit", 0, "soft memory limit of the server's process in MiB (debug.SetMemoryLimit; 0: none), not of the hollow agents'")
+	fs.Func("server-memory-limit", "the server's --memory-limit: auto (its default), off, or MiB; the server's process only, not the hollow agents'", func(v string) (err error) {
+		o.memoryLimit, err = memlimit.Parse(v)
+		return err
+	})
 	fs.IntVar(&o.serverProcs, "server-procs", 0, "GOMAXPROCS of the server's process only, not of the hollow agents' or the sampler's (0: Go's, as capstan server's default; GOMAXPROCS in the environment wins): more than the cores buys API latency with throughput (docs/performance-history.md, sixteenth and seventeenth rounds)")
 	fs.IntVar(&o.serverGOGC, "server-gogc", 0, "GOGC of the server's process (debug.SetGCPercent; 0: GOGC from the environment, else Go's default of 100): with memory to spare, fewer collections leave more CPU to the rest")
 	fs.IntVar(&o.agentGOGC, "agent-gogc", 400, "GOGC of the hollow agents' process: its one heap holds thousands of agents' state, which the collector marks on every cycle")

@@ -20,8 +20,12 @@ type Report struct {
 	Etcd      string    `json:"etcd"`
 	// AgentNice is the hollow agents' niceness (0: same as the server).
 	AgentNice int `json:"agent_nice"`
-	// ServerMemoryLimitMiB is the server's soft memory limit (0: none).
+	// ServerMemoryLimitMiB is the server's fixed soft memory limit (0: none
+	// fixed; see ServerMemoryLimit).
 	ServerMemoryLimitMiB int64 `json:"server_memory_limit_mib"`
+	// ServerMemoryLimit is the server's --memory-limit: auto, off or MiB
+	// (empty in reports from before it).
+	ServerMemoryLimit string `json:"server_memory_limit,omitempty"`
 	// ServerGOGC is the server's process's GOGC as the run found it (-1: off).
 	ServerGOGC int `json:"server_gogc"`
 	// StoppedRetentionSeconds is how long the server kept stopped tasks.

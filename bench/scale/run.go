@@ -20,16 +20,13 @@ import (
 // run performs the whole measurement; the report holds what was measured
 // even when a step fails.
 func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
-	if o.memoryLimit > 0 {
-		debug.SetMemoryLimit(o.memoryLimit << 20)
-	}
 	cpus.SetProcs(o.serverProcs)
 	if o.serverGOGC > 0 {
 		debug.SetGCPercent(o.serverGOGC)
 	}
 	serverGOGC := debug.SetGCPercent(-1)
 	debug.SetGCPercent(serverGOGC)
-	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, AgentGOGC: o.agentGOGC, AgentState: o.agentState, Fleet: "joined", ServerMemoryLimitMiB: o.memoryLimit, ServerGOGC: serverGOGC, RolloutSeconds: -1,
+	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Instances: o.instances, Etcd: "embedded", AgentNice: o.agentNice, AgentGOGC: o.agentGOGC, AgentState: o.agentState, Fleet: "joined", ServerMemoryLimitMiB: o.memoryLimit.MiB, ServerMemoryLimit: o.memoryLimit.String(), ServerGOGC: serverGOGC, RolloutSeconds: -1,
 		StoppedRetentionSeconds: cmp.Or(o.retention, fleet.DefaultStoppedRetention).Seconds(),
 		DetectSeconds:           -1, ReplaceSeconds: -1, Invariants: []string{}}
 	if len(o.etcdEndpoints) > 0 {

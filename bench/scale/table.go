@@ -69,8 +69,8 @@ func printReconciles(w io.Writer, rs map[string]controller.Stat) {
 
 func printTable(w io.Writer, r *Report) {
 	m := r.Machine
-	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, CPU stolen by the host %.1f s, etcd %s, server GOGC %d, stopped tasks kept %s, agents at nice %d, GOGC %d, state in %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
-		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, m.StealSeconds, r.Etcd, r.ServerGOGC, time.Duration(r.StoppedRetentionSeconds*float64(time.Second)), r.AgentNice, r.AgentGOGC, r.AgentState)
+	fmt.Fprintf(w, "\n%s/%s, %d CPUs (%s), GOMAXPROCS %d, %s, revision %.12s, load %s → %s, CPU stolen by the host %.1f s, etcd %s, server GOGC %d, memory limit %s, stopped tasks kept %s, agents at nice %d, GOGC %d, state in %s\n\n", m.GOOS, m.GOARCH, m.NumCPU, m.CPUModel,
+		m.GOMAXPROCS, m.GoVersion, m.Revision, m.LoadAvgStart, m.LoadAvgEnd, m.StealSeconds, r.Etcd, r.ServerGOGC, r.ServerMemoryLimit, time.Duration(r.StoppedRetentionSeconds*float64(time.Second)), r.AgentNice, r.AgentGOGC, r.AgentState)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "hollow instances\t%d\n", r.Instances)
 	if r.Fleet == "provisioned" {

@@ -12,6 +12,7 @@ import (
 	"github.com/capstanhq/capstan/internal/audit"
 	"github.com/capstanhq/capstan/internal/cpus"
 	"github.com/capstanhq/capstan/internal/fleet"
+	"github.com/capstanhq/capstan/internal/memlimit"
 	"github.com/capstanhq/capstan/internal/provision/agentenv"
 	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/server"
@@ -40,6 +41,7 @@ func runServer(ctx context.Context, args []string) error {
 	cfg := server.Config{NewSimProvisioner: simprov.Factory, CheckAgentSettings: agentenv.Check}
 	var endpoints, level string
 	var perCore int
+	memory := memlimit.Setting{Mode: memlimit.Auto}
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HOST:PORT of the ECS API")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDir("server", "capstan-data"), "directory for the embedded etcd and server files")
 	fs.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated URLs of an external etcd cluster (default: embedded etcd)")
@@ -86,6 +88,10 @@ func runServer(ctx context.Context, args []string) error {
 		return addAgentEnv(cfg.AgentEnv, v)
 	})
 	fs.IntVar(&perCore, "procs-per-core", cpus.ProcsPerCore, "Go processors per core (1-8; GOMAXPROCS in the environment wins): more keep the API's latency low while the cores are saturated, at a cost in throughput (docs/api.md)")
+	fs.Func("memory-limit", "the process's soft memory limit: auto (follow the live heap with a third of it, at least 64 MiB, as headroom), off (Go's default: the heap grows to twice what is live), or MiB (GOMEMLIMIT in the environment wins; docs/performance.md)", func(v string) (err error) {
+		memory, err = memlimit.Parse(v)
+		return err
+	})
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -140,6 +146,7 @@ func runServer(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	memlimit.Apply(ctx, memory, log, s.Service.RegisteredInstances)
 	caFlag := ""
 	if t := s.TLS; t != nil {
 		cfg.Log.Info("serving TLS", "cert", t.CertFile, "sha256", t.Fingerprint, "generated", t.Generated, "names", t.Names)

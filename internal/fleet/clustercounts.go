@@ -40,6 +40,18 @@ func (s *State) ClusterCounts(ctx context.Context, cluster string) (ClusterCount
 		Pending: int(t.pending.Load()), ActiveServices: int(t.activeServices.Load())}, nil
 }
 
+// RegisteredInstances counts the registered (ACTIVE or DRAINING)
+// container instances of every cluster, as this process's view has them.
+func (s *State) RegisteredInstances() int {
+	s.model.counts.RLock()
+	defer s.model.counts.RUnlock()
+	n := 0
+	for _, c := range s.model.clusters {
+		n += int(c.tally.instances.Load())
+	}
+	return n
+}
+
 // noteInstance counts fi as registered or not, as its record stands now.
 func (t *clusterTally) noteInstance(fi *fleetInstance) {
 	reg := fi.rec && fi.status != "INACTIVE"

@@ -12,7 +12,7 @@ var Layers = [][][]string{
 	// Foundation: the wire shapes, the store, codecs, the runtime
 	// interface and the other leaves both sides build on.
 	{{"internal/api/...", "internal/auth", "internal/alarms", "internal/codec", "internal/coverage", "internal/cpus",
-		"internal/events", "internal/failover", "internal/fault", "internal/link", "internal/protocol", "internal/provision",
+		"internal/events", "internal/failover", "internal/fault", "internal/link", "internal/memlimit", "internal/protocol", "internal/provision",
 		"internal/runtime/...", "internal/secrets", "internal/store", "internal/taskdef", "internal/iam/policy"}},
 	// The pure plans of the domain: a daemon rollout, a service deployment.
 	{{"internal/rollout"}, {"internal/servicedeploy"}},

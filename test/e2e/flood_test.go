@@ -248,7 +248,8 @@ func TestFloodBeforeAuthentication(t *testing.T) {
 	})
 }
 
-// The limits' flags take positive counts, and the sim provisioner, whose
+// The limits' flags take positive counts (the memory limit auto, off or
+// MiB), and the sim provisioner, whose
 // in-process agents get no CA bundle, is refused with the TLS flags: each
 // stops the binary at start, naming the flags.
 func TestLimitAndSimFlagsRefused(t *testing.T) {
@@ -259,6 +260,8 @@ func TestLimitAndSimFlagsRefused(t *testing.T) {
 	}{
 		{[]string{"--max-connections", "0"}, "--max-connections must be at least 1 (got 0)"},
 		{[]string{"--max-unauthenticated-requests", "-1"}, "--max-unauthenticated-requests must be at least 1 (got -1)"},
+		{[]string{"--memory-limit", "12"}, `invalid value "12" for flag --memory-limit: must be auto, off, or a limit in MiB from 64`},
+		{[]string{"--memory-limit", "lots"}, `invalid value "lots" for flag --memory-limit`},
 		{[]string{"--provisioner", "sim", "--tls-self-signed"}, "--provisioner sim cannot be combined with --tls-cert/--tls-key or --tls-self-signed"},
 	} {
 		cmd := exec.Command(capstanBinary(t), append([]string{"server", "--listen", freeAddr(t), "--data-dir", dir}, tc.args...)...)

@@ -121,7 +121,8 @@ func startServerProcess(t *testing.T, addr string, args ...string) *serverProces
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			// It serves before it logs the rest of its start.
+			if resp.StatusCode == 200 && strings.Contains(p.log.String(), "capstan server ready") {
 				return p
 			}
 		}
@@ -155,6 +156,10 @@ func TestServerSurvivesKill9AndStopsOnSIGTERM(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	p := startServerProcess(t, addr, "--data-dir", dir)
+	// By default the server chooses its memory limit, and says so.
+	if !strings.Contains(p.log.String(), "memory limit follows the fleet") {
+		t.Fatalf("no word of the memory limit:\n%s", p.log)
+	}
 	c := p.client()
 	if _, err := c.CreateCluster(ctx, &ecs.CreateClusterInput{ClusterName: aws.String("durable")}); err != nil {
 		t.Fatal(err)
