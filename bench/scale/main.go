@@ -176,7 +176,7 @@ func parseFlags(args []string) (options, error) {
 		o.memoryLimit, err = memlimit.Parse(v)
 		return err
 	})
-	fs.IntVar(&o.serverProcs, "server-procs", 0, "GOMAXPROCS of the server's process only, not of the hollow agents' or the sampler's (0: Go's, as capstan server's default; GOMAXPROCS in the environment wins): more than the cores buys API latency with throughput (docs/performance-history.md, sixteenth and seventeenth rounds)")
+	fs.IntVar(&o.serverProcs, "server-procs", 0, "GOMAXPROCS of the server's process only, not of the hollow agents' or the sampler's (0: as capstan server chooses, two per core on up to 4 cores; GOMAXPROCS in the environment wins): more than the cores buys API latency with throughput (docs/performance-history.md, sixteenth and seventeenth rounds)")
 	fs.IntVar(&o.serverGOGC, "server-gogc", 0, "GOGC of the server's process (debug.SetGCPercent; 0: GOGC from the environment, else Go's default of 100): with memory to spare, fewer collections leave more CPU to the rest")
 	fs.IntVar(&o.agentGOGC, "agent-gogc", 400, "GOGC of the hollow agents' process: its one heap holds thousands of agents' state, which the collector marks on every cycle")
 	fs.StringVar(&o.agentState, "agent-state", "memory", "where hollow agents keep their state: memory, or disk (a bbolt file each, as a real agent)")

@@ -20,7 +20,11 @@ import (
 // run performs the whole measurement; the report holds what was measured
 // even when a step fails.
 func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
-	cpus.SetProcs(o.serverProcs)
+	if o.serverProcs > 0 {
+		cpus.SetProcs(o.serverProcs)
+	} else {
+		cpus.Apply(0) // as capstan server chooses
+	}
 	if o.serverGOGC > 0 {
 		debug.SetGCPercent(o.serverGOGC)
 	}

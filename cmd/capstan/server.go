@@ -87,7 +87,7 @@ func runServer(ctx context.Context, args []string) error {
 		}
 		return addAgentEnv(cfg.AgentEnv, v)
 	})
-	fs.IntVar(&perCore, "procs-per-core", cpus.ProcsPerCore, "Go processors per core (1-8; GOMAXPROCS in the environment wins): more keep the API's latency low while the cores are saturated, at a cost in throughput (docs/api.md)")
+	fs.IntVar(&perCore, "procs-per-core", 0, "Go processors per core (1-8; 0: 2 on up to 4 cores, else 1; GOMAXPROCS in the environment wins): more keep the API's latency low while the cores are saturated, at a cost in throughput (docs/api.md)")
 	fs.Func("memory-limit", "the process's soft memory limit: auto (follow the live heap with a third of it, at least 64 MiB, as headroom), off (Go's default: the heap grows to twice what is live), or MiB (GOMEMLIMIT in the environment wins; docs/performance.md)", func(v string) (err error) {
 		memory, err = memlimit.Parse(v)
 		return err
@@ -98,8 +98,8 @@ func runServer(ctx context.Context, args []string) error {
 	if err := checkAgentEnv(cfg.AgentEnv); err != nil {
 		return err
 	}
-	if perCore < 1 || perCore > 8 {
-		return fmt.Errorf("--procs-per-core must be from 1 to 8 (got %d)", perCore)
+	if perCore < 0 || perCore > 8 {
+		return fmt.Errorf("--procs-per-core must be from 1 to 8, or 0 to let the server choose (got %d)", perCore)
 	}
 	if endpoints != "" {
 		cfg.EtcdEndpoints = strings.Split(endpoints, ",")
@@ -131,11 +131,12 @@ func runServer(ctx context.Context, args []string) error {
 		log.Warn("TEST ONLY: this server's clock is shifted; never run it so in production", "env", server.ClockOffsetEnv, "offset", cfg.ClockOffset.String())
 	}
 
-	procs := 0 // Go's own at one per core
-	if perCore > 1 {
-		procs = perCore * cpus.Cores()
+	chosen := perCore == 0
+	procs, perCore := cpus.Apply(perCore)
+	if chosen {
+		log.Info("processors per core chosen", "cores", cpus.Cores(), "per_core", perCore, "gomaxprocs", procs,
+			"why", "two per core on up to 4 cores keep the API's latency low when they are all busy (--procs-per-core)")
 	}
-	procs = cpus.SetProcs(procs)
 	// A second server on the data dir would fight the first over its files.
 	lock, err := server.LockDataDir(cfg.DataDir, "capstan server")
 	if err != nil {
