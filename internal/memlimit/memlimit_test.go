@@ -1,7 +1,6 @@
 package memlimit
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"math"
@@ -11,7 +10,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,9 +57,8 @@ func TestFollows(t *testing.T) {
 	defer debug.SetMemoryLimit(math.MaxInt64)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	log := &syncBuffer{}
 	var instances atomic.Int64
-	go follow(ctx, 20*time.Millisecond, slog.New(slog.NewTextHandler(log, nil)), func() int { return int(instances.Load()) })
+	go follow(ctx, 20*time.Millisecond, slog.New(slog.DiscardHandler), func() int { return int(instances.Load()) })
 
 	limitAbove := func(min int64) func() bool {
 		return func() bool { return debug.SetMemoryLimit(-1) >= min }
@@ -82,9 +79,6 @@ func TestFollows(t *testing.T) {
 	live = nil
 	runtime.GC()
 	waitFor(t, "the limit to fall to the base", func() bool { return debug.SetMemoryLimit(-1) == Base })
-	if !strings.Contains(log.String(), "memory limit set") {
-		t.Fatalf("nothing logged:\n%s", log.String())
-	}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -116,7 +110,7 @@ func TestSettings(t *testing.T) {
 	for _, c := range []struct{ setting, env, limit, logs string }{
 		{"300", "", "300", "memory limit fixed"},
 		{"off", "", "none", "memory limit off"},
-		{"auto", "", "206", "memory limit follows the fleet"},
+		{"auto", "", "206", `msg="memory limit set" limit_mib=206 instances=1000`},
 		{"auto", "200MiB", "200", "memory limit from GOMEMLIMIT"},
 		{"300", "200MiB", "200", "memory limit from GOMEMLIMIT"},
 	} {
@@ -141,21 +135,4 @@ func formatMiB(b int64) string {
 		return "none"
 	}
 	return strconv.FormatInt(b>>20, 10)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
