@@ -153,9 +153,7 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	lat.Met = lat.Ratio <= goalRatio
 	lat.CapstanStages = stages(capstan)
 	lat.CapstanStages["RunTask call"] = dist(totals(capstan, func(s Sample) float64 { return s.Call }))
-	lat.DockerStages = stages(raw)
-	lat.DockerStages["create call"] = dist(totals(raw, func(s Sample) float64 { return s.Call }))
-	lat.DockerStages["start call"] = dist(totals(raw, func(s Sample) float64 { return s.StartCall }))
+	lat.DockerStages = rawStages(raw)
 	if len(onNet) > 0 {
 		d := dist(totals(onNet, func(s Sample) float64 { return s.Total }))
 		lat.DockerNet = &d
@@ -163,9 +161,7 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 			lat.RatioNet = lat.Capstan.P50 / d.P50
 		}
 		lat.OverheadNetP50 = lat.Capstan.P50 - d.P50
-		lat.NetStages = stages(onNet)
-		lat.NetStages["create call"] = dist(totals(onNet, func(s Sample) float64 { return s.Call }))
-		lat.NetStages["start call"] = dist(totals(onNet, func(s Sample) float64 { return s.StartCall }))
+		lat.NetStages = rawStages(onNet)
 	}
 	d := make([]float64, len(describe))
 	for i, x := range describe {
@@ -181,6 +177,14 @@ const (
 	stageEngine   = "created → started"
 	stageReport   = "started → seen"
 )
+
+// rawStages are a raw path's stages with its two engine calls.
+func rawStages(ss []Sample) map[string]Dist {
+	m := stages(ss)
+	m["create call"] = dist(totals(ss, func(s Sample) float64 { return s.Call }))
+	m["start call"] = dist(totals(ss, func(s Sample) float64 { return s.StartCall }))
+	return m
+}
 
 func stages(ss []Sample) map[string]Dist {
 	return map[string]Dist{

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/capstanhq/capstan/internal/memlimit"
 	"io"
 	"log/slog"
 	"net/http"
@@ -29,6 +28,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
+	"github.com/capstanhq/capstan/internal/memlimit"
 	"github.com/capstanhq/capstan/internal/provision"
 	simprov "github.com/capstanhq/capstan/internal/provision/sim"
 	"github.com/capstanhq/capstan/internal/server"

@@ -41,7 +41,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/capstanhq/capstan/internal/memlimit"
 	"os"
 	"os/signal"
 	"strconv"
@@ -49,6 +48,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/memlimit"
 	"github.com/capstanhq/capstan/internal/store"
 )
 

@@ -88,7 +88,7 @@ func runServer(ctx context.Context, args []string) error {
 		return addAgentEnv(cfg.AgentEnv, v)
 	})
 	fs.IntVar(&perCore, "procs-per-core", 0, "Go processors per core (1-8; 0: 2 on up to 4 cores, else 1; GOMAXPROCS in the environment wins): more keep the API's latency low while the cores are saturated, at a cost in throughput (docs/api.md)")
-	fs.Func("memory-limit", "the process's soft memory limit: auto (follow the live heap with a third of it, at least 64 MiB, as headroom), off (Go's default: the heap grows to twice what is live), or MiB (GOMEMLIMIT in the environment wins; docs/performance.md)", func(v string) (err error) {
+	fs.Func("memory-limit", "the process's soft memory limit: auto (160 MiB + 48 KiB per registered instance, never below the live heap and a quarter more), off (Go's default: the heap grows to twice what is live), or MiB (GOMEMLIMIT in the environment wins; docs/api.md)", func(v string) (err error) {
 		memory, err = memlimit.Parse(v)
 		return err
 	})

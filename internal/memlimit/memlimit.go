@@ -48,7 +48,7 @@ const Every = time.Second
 type Mode int
 
 const (
-	Auto  Mode = iota // follow the live heap
+	Auto  Mode = iota // follow the fleet and the live heap
 	Off               // Go's default: no limit
 	Fixed             // a limit given in MiB
 )
