@@ -41,6 +41,8 @@ type Sample struct {
 	// Created and Started are the engine's timestamps of the container.
 	Created float64 `json:"engineCreatedMs"`
 	Started float64 `json:"engineStartedMs"`
+	// Network is the container's network mode as the engine has it.
+	Network string `json:"network,omitempty"`
 	// Polls is how many DescribeTasks calls the capstan sample made.
 	Polls int `json:"polls,omitempty"`
 }
@@ -52,10 +54,14 @@ type Latency struct {
 	PollMs  float64 `json:"pollIntervalMs"`
 	Capstan Dist    `json:"capstan"`
 	Docker  Dist    `json:"docker"`
-	// DockerNet is the raw path on the agent's instance network, where the
-	// agent puts bridge-mode tasks (so that they reach the daemons at a
-	// fixed address): what Docker itself charges for that network, apart
-	// from what the agent adds. Empty when the instance has no network.
+	// CapstanNetwork is where the agent ran the bridge-mode task: "bridge"
+	// (Docker's default bridge, the agent keeping firewall rules to the
+	// daemon address) or the instance network.
+	CapstanNetwork string `json:"capstanNetwork"`
+	// DockerNet is the raw path on the agent's instance network, where
+	// bridge-mode tasks go when the agent cannot keep those rules (or
+	// CAPSTAN_TASK_BRIDGE=instance): what Docker itself charges for that
+	// network. Empty when the instance has no network.
 	Network        string  `json:"instanceNetwork,omitempty"`
 	DockerNet      *Dist   `json:"dockerOnInstanceNetwork,omitempty"`
 	RatioNet       float64 `json:"ratioOfMediansToInstanceNetwork,omitempty"`
@@ -84,8 +90,7 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	var capstan, raw, onNet []Sample
 	var describe []time.Duration
 	total := b.o.warmup + b.o.n
-	// Bridge-mode tasks go on the instance network; the third path is the
-	// raw create and start on it.
+	// The third path is the raw create and start on the instance network.
 	nets, err := b.rt.Networks(ctx, map[string]string{daemonnet.LabelRole: daemonnet.RoleNetwork, labelCluster: b.cluster})
 	if err != nil {
 		return nil, fmt.Errorf("the instance network: %w", err)
@@ -151,6 +156,9 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	}
 	lat.OverheadP50 = lat.Capstan.P50 - lat.Docker.P50
 	lat.Met = lat.Ratio <= goalRatio
+	if len(capstan) > 0 {
+		lat.CapstanNetwork = capstan[0].Network
+	}
 	lat.CapstanStages = stages(capstan)
 	lat.CapstanStages["RunTask call"] = dist(totals(capstan, func(s Sample) float64 { return s.Call }))
 	lat.DockerStages = rawStages(raw)
@@ -315,6 +323,9 @@ func (b *bench) engineTimes(ctx context.Context, id string, t0 time.Time, s *Sam
 		return fmt.Errorf("inspect %s: startedAt: %w", id, err)
 	}
 	s.Created, s.Started = benchkit.Ms(created.Sub(t0)), benchkit.Ms(started.Sub(t0))
+	if res.Container.HostConfig != nil {
+		s.Network = string(res.Container.HostConfig.NetworkMode)
+	}
 	return nil
 }
 

@@ -17,10 +17,11 @@
 //     goes first so all share the machine's conditions. The Capstan sample
 //     is RunTask until a client polling DescribeTasks every -poll sees
 //     RUNNING; the raw sample is ContainerCreate + ContainerStart on the
-//     moby client until Start returns, on the engine's default bridge and,
-//     when the instance has one, on the agent's instance network (where
-//     bridge-mode tasks go). Everything is stopped and removed between
-//     samples.
+//     moby client until Start returns, on the engine's default bridge
+//     (where the agent runs bridge-mode tasks) and, when the instance has
+//     one, on the agent's instance network (where they go with
+//     CAPSTAN_TASK_BRIDGE=instance). Everything is stopped and removed
+//     between samples.
 //
 // Linux only (it reads /proc). Every container it makes carries the label
 // com.capstan.cluster=<cluster>, and all of them are removed at the end.
@@ -31,7 +32,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/capstanhq/capstan/internal/ops"
 	"io"
 	"net"
 	"net/http"
@@ -51,6 +51,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
+	"github.com/capstanhq/capstan/internal/ops"
 	"github.com/capstanhq/capstan/internal/runtime/docker"
 	"github.com/capstanhq/capstan/internal/server"
 	"github.com/capstanhq/capstan/internal/testenv"
@@ -58,8 +59,9 @@ import (
 
 // Labels the engine puts on task containers (internal/agent/engine).
 const (
-	labelCluster = "com.capstan.cluster"
-	labelTaskArn = "com.capstan.task-arn"
+	labelCluster  = "com.capstan.cluster"
+	labelInstance = "com.capstan.instance"
+	labelTaskArn  = "com.capstan.task-arn"
 	// labelRaw marks the containers this program starts itself.
 	labelRaw = "com.capstan.bench"
 )

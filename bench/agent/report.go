@@ -89,8 +89,9 @@ func printTable(w io.Writer, rep *Report) {
 		tw.Flush()
 		fmt.Fprintf(w, "\nratio of medians %.2f (goal ≤ %.1f): %s; p50 overhead %+.1f ms; %d new client connections while measuring\n",
 			l.Ratio, l.Goal, verdict(l.Met), l.OverheadP50, l.NewConns)
+		fmt.Fprintf(w, "the agent ran the task on network %q\n", l.CapstanNetwork)
 		if l.DockerNet != nil {
-			fmt.Fprintf(w, "against docker on the instance network %s (where the agent puts bridge-mode tasks): ratio %.2f, p50 overhead %+.1f ms\n",
+			fmt.Fprintf(w, "against docker on the instance network %s (where bridge-mode tasks go with CAPSTAN_TASK_BRIDGE=instance): ratio %.2f, p50 overhead %+.1f ms\n",
 				l.Network, l.RatioNet, l.OverheadNetP50)
 		}
 		fmt.Fprintln(w, "(sent/created/started are the engine's own timestamps of the container)")

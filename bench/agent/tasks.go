@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstanhq/capstan/bench/internal/benchkit"
+	"github.com/capstanhq/capstan/internal/agent/daemonnet"
 )
 
 // runTasks starts n tasks (up to 10 per RunTask, as ECS allows) and waits
@@ -127,11 +128,12 @@ func (b *bench) removeAll(ctx context.Context) {
 	if err := b.removeLabeled(ctx, labelCluster+"="+b.cluster); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/agent: cleanup:", err)
 	}
-	// The agent's instance network outlives the agent's process.
+	// The agent's instance network (and its firewall rules) outlive the
+	// agent's process.
 	nets, err := b.rt.Networks(ctx, map[string]string{labelCluster: b.cluster})
 	for _, n := range nets {
 		if err == nil {
-			err = b.rt.RemoveNetwork(ctx, n.ID)
+			err = daemonnet.Remove(ctx, b.rt, n.Labels[labelInstance])
 		}
 	}
 	if err != nil {

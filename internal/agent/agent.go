@@ -192,7 +192,7 @@ func runInstance(ctx context.Context, cfg config.Config, o Options, db *state.DB
 	}
 	// awsvpc tasks get namespaces of their own on the instance network.
 	var taskNet engine.TaskNetwork
-	if dnet != nil && dsetup.BridgeNetwork != "" {
+	if dnet != nil && dsetup.InstanceNetwork != "" {
 		taskNet = dnet
 	}
 
@@ -310,8 +310,20 @@ func daemonNetwork(ctx context.Context, cfg config.Config, o Options, rt runtime
 		return nil, daemonnet.Setup{}, nil
 	}
 	host, _ := netip.ParseAddr(cfg.BridgeIP) // zero without docker0
+	// Hollow instances share the host by the thousand and never touch its
+	// firewall.
+	var fw daemonnet.Firewall
+	if !o.Hollow && cfg.TaskBridge == "default" {
+		if t, err := daemonnet.HostFirewall(); err != nil {
+			log.Warn("daemon networking: bridge tasks run on the instance network, since the host's firewall cannot be managed; their starts are slower there (CAPSTAN_TASK_BRIDGE=instance says so on purpose)",
+				"err", err)
+		} else {
+			fw = t
+		}
+	}
 	m, err := daemonnet.New(daemonnet.Config{Runtime: drt, InstanceArn: instanceArn, Cluster: cfg.Cluster,
-		Subnet: cfg.DaemonSubnet, Address: cfg.DaemonAddress, PauseBinary: cfg.PauseBinary, PauseImage: o.PauseImage, HostAddress: host, Log: log})
+		Subnet: cfg.DaemonSubnet, Address: cfg.DaemonAddress, PauseBinary: cfg.PauseBinary, PauseImage: o.PauseImage, HostAddress: host,
+		Firewall: fw, Log: log})
 	if err != nil {
 		return nil, daemonnet.Setup{}, err
 	}

@@ -14,6 +14,9 @@ type Network struct {
 	Subnet  netip.Prefix // the first IPv4 subnet
 	Gateway netip.Addr
 	Labels  map[string]string
+	// Bridge is the host's interface for a bridge network (docker0,
+	// br-<id>); "" when the runtime has none.
+	Bridge string
 	// Containers maps the ID of each attached container to its address.
 	Containers map[string]netip.Addr
 }

@@ -102,6 +102,11 @@ type Config struct {
 	// PauseBinary is the static capstan executable the namespace holder
 	// runs; "" means the agent's own.
 	PauseBinary string
+	// TaskBridge is where bridge-mode tasks run: "default", Docker's
+	// default bridge with firewall rules to the daemon address (falling
+	// back to the instance network when they cannot be kept), or
+	// "instance", the instance's own network.
+	TaskBridge string
 
 	// Runtime runs the containers: "docker" (the default), or "sim",
 	// simulated containers in memory for scale and fault tests.
@@ -213,6 +218,7 @@ func (c Config) String() string {
 		add("daemonSubnet", "auto")
 	}
 	add("pauseBinary", c.PauseBinary)
+	add("taskBridge", c.TaskBridge)
 	add("runtime", c.Runtime)
 	return strings.TrimSuffix(b.String(), " ")
 }
@@ -350,6 +356,7 @@ const (
 	envDaemonSubnet    = "CAPSTAN_DAEMON_SUBNET"
 	envDaemonAddress   = "CAPSTAN_DAEMON_ADDRESS"
 	envPauseBinary     = "CAPSTAN_PAUSE_BINARY"
+	envTaskBridge      = "CAPSTAN_TASK_BRIDGE"
 	envRuntime         = "CAPSTAN_RUNTIME"
 )
 
@@ -362,7 +369,7 @@ var known = map[string]bool{
 	envCleanupAge: true, envDeletePerCycle: true, envNoImageCleanup: true, envTaskCleanupWait: true,
 	envMetadataRPS: true, envAttributes: true, envAuthType: true, envAuthData: true,
 	envInstanceCPU: true, envInstanceMemory: true, envMetricsAddr: true, envMetadataAddr: true,
-	envDaemonSubnet: true, envDaemonAddress: true, envPauseBinary: true, envRuntime: true,
+	envDaemonSubnet: true, envDaemonAddress: true, envPauseBinary: true, envRuntime: true, envTaskBridge: true,
 	envCABundle: true, envAWSCABundle: true,
 }
 
@@ -476,6 +483,11 @@ func (p *parser) fill(c *Config) {
 		} else {
 			c.PauseBinary = abs
 		}
+	}
+	switch c.TaskBridge = p.str(envTaskBridge, "default"); c.TaskBridge {
+	case "default", "instance":
+	default:
+		p.fail(envTaskBridge, "must be default or instance")
 	}
 	switch c.Runtime = p.str(envRuntime, "docker"); c.Runtime {
 	case "docker", "sim":

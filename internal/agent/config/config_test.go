@@ -78,6 +78,7 @@ func TestDefaults(t *testing.T) {
 		MetadataAddr:            "0.0.0.0:51679",
 		MetadataRPS:             40,
 		MetadataBurst:           60,
+		TaskBridge:              "default",
 		Runtime:                 "docker",
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -490,6 +491,21 @@ func TestRuntimeSelection(t *testing.T) {
 	_, err = Load([]string{"--runtime", "podman"}, envFunc(base), "")
 	if err == nil || !strings.Contains(err.Error(), `CAPSTAN_RUNTIME="podman" (flag --runtime): must be docker or sim`) {
 		t.Fatalf("bad runtime: %v", err)
+	}
+}
+
+func TestTaskBridge(t *testing.T) {
+	c, err := Load(nil, envFunc(base), "")
+	if err != nil || c.TaskBridge != "default" {
+		t.Fatalf("default task bridge %q (%v), want default", c.TaskBridge, err)
+	}
+	c, err = Load(nil, envFunc(withBase(map[string]string{"CAPSTAN_TASK_BRIDGE": "instance"})), "")
+	if err != nil || c.TaskBridge != "instance" || !strings.Contains(c.String(), "taskBridge=instance") {
+		t.Fatalf("CAPSTAN_TASK_BRIDGE=instance: %q (%v)", c.TaskBridge, err)
+	}
+	_, err = Load(nil, envFunc(withBase(map[string]string{"CAPSTAN_TASK_BRIDGE": "docker0"})), "")
+	if err == nil || !strings.Contains(err.Error(), `CAPSTAN_TASK_BRIDGE="docker0"`) || !strings.Contains(err.Error(), "must be default or instance") {
+		t.Fatalf("bad task bridge: %v", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package daemonnet_test
 import (
 	"context"
 	"net/netip"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -33,7 +34,7 @@ func TestTwoInstancesOneHost(t *testing.T) {
 	if err != nil || sb.Degraded != "" {
 		t.Fatalf("second instance: %+v, %v", sb, err)
 	}
-	if sb.Address == a.setup.Address || sb.BridgeNetwork == a.setup.BridgeNetwork {
+	if sb.Address == a.setup.Address || sb.InstanceNetwork == a.setup.InstanceNetwork {
 		t.Fatalf("two instances share %+v", sb)
 	}
 
@@ -73,7 +74,7 @@ func TestTwoInstancesOneHost(t *testing.T) {
 	// Adopting needs no pause image: even an agent that cannot build one
 	// keeps the holder it finds.
 	before := a.holder()
-	again, err := daemonnet.New(daemonnet.Config{Runtime: rt, InstanceArn: a.instance, PauseBinary: "/bin/ls", Log: testLog()})
+	again, err := daemonnet.New(daemonnet.Config{Runtime: rt, InstanceArn: a.instance, PauseBinary: "/bin/ls", Firewall: requireFirewall(t), Log: testLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,16 +157,15 @@ func TestAgentDaemonNetworking(t *testing.T) {
 		ctr = cs[0]
 		return true, ""
 	})
-	if ctr.NetworkMode != network {
-		t.Fatalf("bridge task on %q, want the instance network %q", ctr.NetworkMode, network)
+	if ctr.NetworkMode != "bridge" {
+		t.Fatalf("bridge task on %q, want Docker's default bridge", ctr.NetworkMode)
 	}
 	_, hosts, err := rt.Exec(ctx, ctr.ID, []string{"cat", "/etc/hosts"})
 	if err != nil || !strings.Contains(string(hosts), addr+"\tdaemon") {
 		t.Fatalf("/etc/hosts of a bridge task: %q, %v", hosts, err)
 	}
 
-	// The task metadata endpoint (on the docker0 address) is still reached
-	// from the instance network.
+	// The task metadata endpoint is on the docker0 address.
 	eventually(t, "the metadata endpoint answers a bridge task", func() (bool, string) {
 		_, out, err := rt.Exec(ctx, ctr.ID, []string{"sh", "-c", `u=${ECS_CONTAINER_METADATA_URI_V4#http://}; h=${u%%/*}; ` +
 			`printf "GET /${u#*/}/task HTTP/1.0\r\n\r\n" | nc -w 2 ${h%:*} ${h#*:}`})
@@ -185,8 +185,9 @@ func TestAgentDaemonNetworking(t *testing.T) {
 		ContainerInstance: aws.String(old), Force: aws.Bool(true)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the old instance's holder and network are removed", func() (bool, string) {
-		return len(holders(old)) == 0 && len(networks(old)) == 0, "still there"
+	eventually(t, "the old instance's holder, network and firewall rules are removed", func() (bool, string) {
+		out, err := exec.Command(requireFirewall(t).Bin, "-w", "-S", "DOCKER-USER").CombinedOutput()
+		return err == nil && len(holders(old)) == 0 && len(networks(old)) == 0 && !strings.Contains(string(out), "--comment "+network+" "), string(out)
 	})
 	eventually(t, "the new instance has a holder", func() (bool, string) {
 		cs, err := rt.List(ctx, map[string]string{engine.LabelCluster: cluster, daemonnet.LabelRole: daemonnet.RoleNamespace})

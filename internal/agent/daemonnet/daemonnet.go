@@ -33,6 +33,7 @@ type Runtime interface {
 	List(ctx context.Context, labels map[string]string) ([]runtime.Container, error)
 	Events(ctx context.Context) (<-chan runtime.Event, <-chan error)
 	Networks(ctx context.Context, labels map[string]string) ([]runtime.Network, error)
+	Network(ctx context.Context, id string) (runtime.Network, error)
 	CreateNetwork(ctx context.Context, spec runtime.NetworkSpec) (string, error)
 	RemoveNetwork(ctx context.Context, id string) error
 	DisconnectNetwork(ctx context.Context, networkID, containerID string) error
@@ -69,6 +70,10 @@ type Config struct {
 	// HostAddress is where "daemon" points when the instance gets no
 	// network of its own (the docker0 address); may be zero.
 	HostAddress netip.Addr
+	// Firewall, when set, keeps the rules that let bridge tasks run on
+	// Docker's default bridge and still reach the daemon address; nil
+	// runs them on the instance network.
+	Firewall Firewall
 	// CheckInterval is how often the holder is checked besides runtime
 	// events; default 30s.
 	CheckInterval time.Duration
@@ -83,6 +88,9 @@ type Setup struct {
 	// BridgeNetwork is the Docker network of bridge-mode tasks; "" means
 	// Docker's default bridge.
 	BridgeNetwork string
+	// InstanceNetwork is the instance's own network, where awsvpc tasks'
+	// holders go; "" when there is none.
+	InstanceNetwork string
 	// DaemonNetworkMode is the Docker network mode of daemon tasks:
 	// "container:<holder name>", or "" for host mode.
 	DaemonNetworkMode string
@@ -205,20 +213,44 @@ func (m *Manager) Ensure(ctx context.Context) (Setup, error) {
 	}
 	addr := m.address(n)
 	if err := m.ensureHolder(ctx, n, addr); err != nil {
-		s := Setup{BridgeNetwork: n.Name, Address: n.Gateway, Degraded: err.Error()}
+		s := Setup{BridgeNetwork: n.Name, InstanceNetwork: n.Name, Address: n.Gateway, Degraded: err.Error()}
 		m.log.Error("daemon networking: no shared namespace for daemons; daemon tasks run in the host network and \"daemon\" is the host's address on the instance network",
 			"err", err, "network", n.Name, "daemon", s.Address)
 		m.set(s, false, true)
 		return s, nil
 	}
-	s := Setup{BridgeNetwork: n.Name, DaemonNetworkMode: "container:" + m.holder, Address: addr}
+	s := Setup{BridgeNetwork: n.Name, InstanceNetwork: n.Name, DaemonNetworkMode: "container:" + m.holder, Address: addr}
+	if m.cfg.Firewall != nil {
+		if err := m.openBridge(ctx, n, addr); err != nil {
+			m.log.Warn("daemon networking: bridge tasks run on the instance network, since the rules that let Docker's default bridge reach the daemons could not be set; their starts are slower there",
+				"err", err)
+		} else {
+			s.BridgeNetwork = ""
+		}
+	}
 	m.set(s, true, true)
 	m.mu.Lock()
 	ref := m.pauseRef
 	m.mu.Unlock()
 	m.prunePauseImages(ctx, ref)
-	m.log.Info("daemon networking ready", "network", n.Name, "subnet", n.Subnet, "daemon", addr, "holder", m.holder)
+	bridge := s.BridgeNetwork
+	if bridge == "" {
+		bridge = "default"
+	}
+	m.log.Info("daemon networking ready", "network", n.Name, "subnet", n.Subnet, "daemon", addr, "holder", m.holder, "bridge_tasks", bridge)
 	return s, nil
+}
+
+// openBridge lets Docker's default bridge reach addr on n.
+func (m *Manager) openBridge(ctx context.Context, n runtime.Network, addr netip.Addr) error {
+	def, err := m.rt.Network(ctx, "bridge")
+	if err != nil {
+		return fmt.Errorf("Docker's default bridge: %w", err)
+	}
+	if def.Bridge == "" || n.Bridge == "" {
+		return fmt.Errorf("the runtime names no bridge interface for %q (%q) or %q (%q)", def.Name, def.Bridge, n.Name, n.Bridge)
+	}
+	return m.cfg.Firewall.Allow(ctx, m.network, def.Bridge, n.Bridge, addr)
 }
 
 func (m *Manager) set(s Setup, holderOn, maintain bool) {
@@ -288,6 +320,9 @@ func (m *Manager) ensureNetwork(ctx context.Context) (runtime.Network, error) {
 		m.subnet = s
 		m.mu.Unlock()
 		m.log.Info("daemon networking: created the instance network", "network", m.network, "subnet", s)
+		if n, err := m.rt.Network(ctx, id); err == nil {
+			return n, nil // with its bridge interface
+		}
 		return runtime.Network{ID: id, Name: m.network, Subnet: s, Gateway: spec.Gateway, Labels: spec.Labels}, nil
 	}
 	return runtime.Network{}, fmt.Errorf("%w: 169.254.172.0/24 to 169.254.254.0/24 are all in use; set CAPSTAN_DAEMON_SUBNET", errNoSubnet)
@@ -607,11 +642,18 @@ func (m *Manager) reconcile(ctx context.Context) {
 	if err := m.ensureHolder(ctx, n, addr); err != nil && ctx.Err() == nil {
 		m.log.Error("daemon networking: cannot restore the namespace holder", "err", err)
 	}
+	// The network may be new (a new interface), or the rules flushed.
+	if s.BridgeNetwork == "" && s.InstanceNetwork != "" {
+		if err := m.openBridge(ctx, n, addr); err != nil && ctx.Err() == nil {
+			m.log.Error("daemon networking: cannot restore the rules that let bridge tasks reach the daemons", "err", err)
+		}
+	}
 }
 
-// Remove deletes what the manager made for instanceArn: the holder and the
-// network (disconnecting anything left on it). For an instance that is
-// retired, never for an agent that merely stops.
+// Remove deletes what the manager made for instanceArn: the holder, the
+// network (disconnecting anything left on it) and, on a host whose
+// networks have bridge interfaces, its firewall rules. For an instance
+// that is retired, never for an agent that merely stops.
 func Remove(ctx context.Context, rt Runtime, instanceArn string) error {
 	var errs []error
 	cs, err := rt.List(ctx, map[string]string{engine.LabelInstance: instanceArn})
@@ -630,13 +672,22 @@ func Remove(ctx context.Context, rt Runtime, instanceArn string) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
+	bridged := false
 	for _, n := range nets {
+		bridged = bridged || n.Bridge != ""
 		for id := range n.Containers {
 			if err := rt.DisconnectNetwork(ctx, n.ID, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 				errs = append(errs, err)
 			}
 		}
 		if err := rt.RemoveNetwork(ctx, n.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	// Without iptables (not root, another firewall) no rules were made.
+	if fw, err := HostFirewall(); bridged && err == nil {
+		tag, _ := Names(instanceArn)
+		if err := fw.Revoke(ctx, tag); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -28,18 +28,37 @@
 // agent restart; the engine detaches it once the task's containers have
 // stopped, and removes any whose task it does not know.
 //
+// On the host, with a Firewall (the agent's: the iptables Docker uses), two
+// rules in Docker's DOCKER-USER chain, marked with the network's name:
+// accept from the default bridge (docker0) to the daemon address on the
+// instance bridge, and accept the replies. Rules of networks whose
+// interface is gone are removed whenever the rules are set.
+//
 // The engine then runs daemon tasks in "container:<holder name>" (Docker
 // resolves the name when each container is created, so new daemons join
-// whichever holder is current), bridge tasks on the instance network, and
-// gives every container the host entry daemon:<address>; daemons get it
-// from the holder's hosts file, which they share.
+// whichever holder is current), bridge tasks on Docker's default bridge
+// (on the instance network without the rules), and gives every container
+// the host entry daemon:<address>; daemons get it from the holder's hosts
+// file, which they share.
 //
 // # Decisions
 //
-//   - Bridge tasks leave Docker's default bridge for the instance network,
-//     since Docker keeps bridge networks apart; published ports, links and
-//     hostnames work the same there. Host-network tasks reach the address
-//     through the host's route to the instance bridge.
+//   - Bridge tasks stay on Docker's default bridge, as in ECS: a start
+//     there costs ~100-200 ms less than on a user-defined network, whose
+//     embedded DNS Docker sets up in each container. Docker keeps bridges
+//     apart, so the rules let through exactly the daemon address and the
+//     replies; other containers on the instance network stay unreachable.
+//     Traffic to the daemons is masqueraded by Docker's own rule, so
+//     daemons see the instance bridge's address as the source, as on ECS.
+//     Without the rules (no iptables, not root, CAPSTAN_TASK_BRIDGE=instance)
+//     bridge tasks run on the instance network instead, which Docker lets
+//     reach the daemons; ports, links and hostnames work the same there.
+//     Host-network tasks reach the address through the host's route to
+//     the instance bridge.
+//   - Several local instances share docker0, so their bridge tasks reach
+//     one another, as the bridge tasks of one ECS instance do; each still
+//     resolves "daemon" to its own instance's address.
+//     CAPSTAN_TASK_BRIDGE=instance keeps them apart.
 //   - Subnet: unset, the first of 169.254.172.0/24, 169.254.173.0/24, ...
 //     169.254.254.0/24 that Docker does not refuse as overlapping, so the
 //     only instance on a host gets ECS's 169.254.172.2 and several local
@@ -53,8 +72,8 @@
 //     after a restart and adopted; an agent that stops leaves both (and its
 //     daemons) running. The pause image is built only when a holder must be
 //     made, so an adopted holder survives an upgrade or a restart with an
-//     executable that could not build it. Only retiring a deregistered instance removes them
-//     (Remove).
+//     executable that could not build it. Only retiring a deregistered
+//     instance removes them, and the rules (Remove).
 //   - The holder is kept up by the agent, not by a Docker restart policy: a
 //     holder that dies or is removed is made again at once on the same
 //     address (after a back-off if it keeps dying young), and the state is

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,7 +67,7 @@ func TestDaemonsShareOneAddress(t *testing.T) {
 	e := newEnv(t)
 	addr := e.setup.Address.String()
 	h := e.holder()
-	if h.IPAddress != addr || e.setup.DaemonNetworkMode != "container:"+h.Name || e.setup.BridgeNetwork == "" {
+	if h.IPAddress != addr || e.setup.DaemonNetworkMode != "container:"+h.Name || e.setup.BridgeNetwork != "" || e.setup.InstanceNetwork == "" {
 		t.Fatalf("setup %+v, holder %+v", e.setup, h)
 	}
 
@@ -97,7 +98,7 @@ func TestDaemonsShareOneAddress(t *testing.T) {
 		return containsBody(ok, out, "hello-from-daemon")
 	})
 
-	// Applications: a bridge task on the instance network, with a
+	// Applications: a bridge task on Docker's default bridge, with a
 	// published port, and a host-network task.
 	site := e.httpd("site", "80", "hello-from-app")
 	site.PortMappings = []shapes.PortMapping{{ContainerPort: new(int32(80)), Protocol: "tcp"}}
@@ -108,7 +109,7 @@ func TestDaemonsShareOneAddress(t *testing.T) {
 	sa := e.waitStatus(app.Arn, engine.StatusRunning)
 	ca := e.container(sa, "site")
 	ch := e.container(e.waitStatus(hostApp.Arn, engine.StatusRunning), "tool")
-	if ca.NetworkMode != e.setup.BridgeNetwork || ch.NetworkMode != "host" {
+	if ca.NetworkMode != "bridge" || ch.NetworkMode != "host" {
 		t.Fatalf("app network modes %q and %q", ca.NetworkMode, ch.NetworkMode)
 	}
 	for _, c := range []runtime.Container{ca, ch} {
@@ -136,6 +137,59 @@ func TestDaemonsShareOneAddress(t *testing.T) {
 		ok, out := hostGet("127.0.0.1", strconv.Itoa(int(hostPort)))
 		return containsBody(ok, out, "hello-from-app")
 	})
+
+	// The rules let the default bridge reach the daemon address and
+	// nothing else: a container on another Docker network is still kept
+	// out, and a bridge app does not reach another address on the
+	// instance network.
+	outsider := e.runRaw("outsider", otherNetwork(t, e), "sleep", "3600")
+	if ok, out := e.httpGet(outsider, addr, "8080"); ok {
+		t.Fatalf("a container on another network reached the daemons: %s", out)
+	}
+	neighbour := e.runRaw("neighbour", e.setup.InstanceNetwork, "sh", "-c", "mkdir -p /www && echo hi > /www/index.html && exec httpd -f -p 8080 -h /www")
+	nc, err := e.rt.Inspect(t.Context(), neighbour)
+	if err != nil || nc.IPAddress == "" {
+		t.Fatalf("neighbour %+v, %v", nc, err)
+	}
+	eventually(t, "the neighbour serves on the instance network", func() (bool, string) {
+		return e.httpGet(cs.ID, nc.IPAddress, "8080")
+	})
+	if ok, out := e.httpGet(ca.ID, nc.IPAddress, "8080"); ok {
+		t.Fatalf("a bridge app reached %s on the instance network: %s", nc.IPAddress, out)
+	}
+	if out, err := exec.Command(requireFirewall(t).Bin, "-w", "-S", "DOCKER-USER").CombinedOutput(); err != nil ||
+		strings.Count(string(out), "--comment "+e.setup.InstanceNetwork+" ") != 2 {
+		t.Fatalf("rules of %s: %s %v", e.setup.InstanceNetwork, out, err)
+	}
+}
+
+// TestBridgeTasksOnTheInstanceNetwork: without a firewall to keep (or with
+// CAPSTAN_TASK_BRIDGE=instance), or when its rules cannot be set, bridge
+// tasks run on the instance network and reach the daemons there.
+func TestBridgeTasksOnTheInstanceNetwork(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		fw   daemonnet.Firewall
+	}{{"no firewall", nil}, {"failing firewall", &daemonnet.IPTables{Bin: "/bin/false"}}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnvFirewall(t, c.fw)
+			if e.setup.BridgeNetwork == "" || e.setup.BridgeNetwork != e.setup.InstanceNetwork {
+				t.Fatalf("setup %+v", e.setup)
+			}
+			web := daemonTask(e.httpd("web", "8080", "hello-from-daemon"))
+			app := task(protocol.KindStandalone, "bridge", e.ctr("tool", "sleep", "3600"))
+			e.run(web, app)
+			e.waitStatus(web.Arn, engine.StatusRunning)
+			ca := e.container(e.waitStatus(app.Arn, engine.StatusRunning), "tool")
+			if ca.NetworkMode != e.setup.InstanceNetwork {
+				t.Fatalf("bridge app on %q, want %q", ca.NetworkMode, e.setup.InstanceNetwork)
+			}
+			eventually(t, "a bridge app reaches daemon:8080", func() (bool, string) {
+				ok, out := e.httpGet(ca.ID, "daemon", "8080")
+				return containsBody(ok, out, "hello-from-daemon")
+			})
+		})
+	}
 }
 
 // TestHolderReplaced: a holder removed behind the agent's back comes back
@@ -218,7 +272,7 @@ func TestSamePortTwice(t *testing.T) {
 // "daemon" is the host's address on the instance network, where a daemon
 // listening on all addresses is reached.
 func TestFallbackWithoutStaticBinary(t *testing.T) {
-	e := newEnvPause(t, "/bin/ls")
+	e := newEnvPause(t, "/bin/ls", nil)
 	s := e.setup
 	if !strings.Contains(s.Degraded, "not statically linked") || s.DaemonNetworkMode != "" || s.BridgeNetwork == "" ||
 		s.Address != daemonnet.Gateway(netip.PrefixFrom(s.Address, 24).Masked()) {

@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -41,6 +43,7 @@ type env struct {
 	eng      *engine.Engine
 	store    *memStore
 	stopEng  func()
+	stopMgr  func() // stops the manager's Run; more calls do nothing
 
 	mu      sync.Mutex
 	desired []protocol.Task
@@ -62,19 +65,41 @@ func randomID() string {
 }
 
 // newEnv sets up daemon networking for a fresh instance (pause image from
-// a CGO_ENABLED=0 build of capstan) and starts an engine on it. Everything
-// goes at cleanup.
+// a CGO_ENABLED=0 build of capstan), with the host's firewall as the agent
+// has it, and starts an engine on it. Everything goes at cleanup.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := newEnvPause(t, testenv.CapstanBinary(t))
+	return newEnvFirewall(t, requireFirewall(t))
+}
+
+// newEnvFirewall is newEnv with the firewall given; nil puts bridge tasks
+// on the instance network.
+func newEnvFirewall(t *testing.T, fw daemonnet.Firewall) *env {
+	t.Helper()
+	e := newEnvPause(t, testenv.CapstanBinary(t), fw)
 	if e.setup.Degraded != "" {
 		t.Fatalf("no shared daemon namespace: %s", e.setup.Degraded)
 	}
 	return e
 }
 
-// newEnvPause is newEnv with the pause binary given.
-func newEnvPause(t *testing.T, pause string) *env {
+// requireFirewall is the host's iptables; under CI, a host without one
+// fails the test.
+func requireFirewall(t *testing.T) *daemonnet.IPTables {
+	t.Helper()
+	testenv.RequireDocker(t)
+	fw, err := daemonnet.HostFirewall()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the host's iptables (root, Docker's DOCKER-USER chain) is required in CI: %v", err)
+		}
+		t.Skipf("no usable iptables: %v", err)
+	}
+	return fw
+}
+
+// newEnvPause is newEnv with the pause binary and firewall given.
+func newEnvPause(t *testing.T, pause string, fw daemonnet.Firewall) *env {
 	t.Helper()
 	rt := testenv.RequireDocker(t)
 	e := &env{t: t, rt: rt, image: testenv.BusyboxImage(t), states: map[string][]protocol.TaskState{}, changed: make(chan struct{}, 1),
@@ -91,7 +116,7 @@ func newEnvPause(t *testing.T, pause string) *env {
 	t.Cleanup(func() { testenv.RemoveLabeled(t, rt, map[string]string{engine.LabelInstance: e.instance}) })
 
 	m, err := daemonnet.New(daemonnet.Config{Runtime: rt, InstanceArn: e.instance, Cluster: cluster,
-		PauseBinary: pause, StopTimeout: 2 * time.Second, Log: testLog()})
+		PauseBinary: pause, StopTimeout: 2 * time.Second, Firewall: fw, Log: testLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +136,8 @@ func newEnvPause(t *testing.T, pause string) *env {
 			t.Errorf("daemon networking: %v", err)
 		}
 	})
-	t.Cleanup(func() { stop(); wg.Wait() })
+	e.stopMgr = sync.OnceFunc(func() { stop(); wg.Wait() })
+	t.Cleanup(e.stopMgr)
 	e.startEngine()
 	t.Cleanup(func() { e.stopEngine() })
 	return e
@@ -122,7 +148,7 @@ func newEnvPause(t *testing.T, pause string) *env {
 func (e *env) startEngine() {
 	e.t.Helper()
 	var tn engine.TaskNetwork
-	if e.setup.BridgeNetwork != "" {
+	if e.setup.InstanceNetwork != "" {
 		tn = e.mgr
 	}
 	eng, err := engine.New(engine.Config{Runtime: e.rt, Store: e.store, Cluster: cluster, ContainerInstanceArn: e.instance,
@@ -247,6 +273,45 @@ func (e *env) exec(id string, cmd ...string) (bool, string) {
 func (e *env) httpGet(id, host, port string) (bool, string) {
 	ok, out := e.exec(id, "sh", "-c", `printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 `+host+` `+port)
 	return ok && strings.Contains(out, "200 OK"), out
+}
+
+// runRaw starts a busybox container on network outside the engine,
+// labelled for the instance's cleanup, and returns its ID.
+func (e *env) runRaw(name, network string, cmd ...string) string {
+	e.t.Helper()
+	id, err := e.rt.Create(e.t.Context(), runtime.ContainerSpec{Name: "capstan-test-" + name + "-" + randomID(), Image: e.image, Cmd: cmd,
+		NetworkMode: network, Labels: map[string]string{engine.LabelInstance: e.instance}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.rt.Start(e.t.Context(), id); err != nil {
+		e.t.Fatal(err)
+	}
+	return id
+}
+
+// otherNetwork makes a Docker network that is none of the instance's,
+// removed at cleanup.
+func otherNetwork(t *testing.T, e *env) string {
+	t.Helper()
+	name := "capstan-test-other-" + randomID()
+	for third := 100; third < 170; third++ {
+		subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{169, 254, byte(third), 0}), 24)
+		id, err := e.rt.CreateNetwork(t.Context(), runtime.NetworkSpec{Name: name, Subnet: subnet, Gateway: subnet.Addr().Next()})
+		if errors.Is(err, runtime.ErrAddressInUse) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			testenv.RemoveLabeled(t, e.rt, map[string]string{engine.LabelInstance: e.instance})
+			e.rt.RemoveNetwork(context.Background(), id)
+		})
+		return name
+	}
+	t.Fatal("no free subnet in 169.254.100.0-169.254.169.0")
+	return ""
 }
 
 // Task builders.

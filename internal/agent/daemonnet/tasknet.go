@@ -32,7 +32,7 @@ func (m *Manager) Attach(ctx context.Context, taskArn string, extraHosts []strin
 	m.mu.Lock()
 	s := m.setup
 	m.mu.Unlock()
-	if s.BridgeNetwork == "" {
+	if s.InstanceNetwork == "" {
 		why := s.Degraded
 		if why == "" {
 			why = "daemon networking is not set up"
@@ -64,7 +64,7 @@ func (m *Manager) Attach(ctx context.Context, taskArn string, extraHosts []strin
 		Name:           TaskHolderName(taskArn),
 		Image:          ref,
 		Labels:         labels,
-		NetworkMode:    s.BridgeNetwork,
+		NetworkMode:    s.InstanceNetwork,
 		ExtraHosts:     extraHosts,
 		User:           "65534:65534",
 		CapDrop:        []string{"ALL"},

@@ -76,6 +76,13 @@ func (r *Runtime) Network(ctx context.Context, id string) (runtime.Network, erro
 	}
 	in := res.Network
 	n := runtime.Network{ID: in.ID, Name: in.Name, Labels: in.Labels, Containers: map[string]netip.Addr{}}
+	if in.Driver == "bridge" {
+		// The engine names a bridge br-<first 12 of the ID> unless told.
+		n.Bridge = in.Options["com.docker.network.bridge.name"]
+		if n.Bridge == "" && len(in.ID) >= 12 {
+			n.Bridge = "br-" + in.ID[:12]
+		}
+	}
 	for _, c := range in.IPAM.Config {
 		if c.Subnet.Addr().Is4() {
 			n.Subnet, n.Gateway = c.Subnet, c.Gateway

@@ -72,6 +72,15 @@ func TestNetworksAndStaticAddress(t *testing.T) {
 	if n.ID != id || n.Name != name || n.Subnet != subnet || n.Gateway != subnet.Addr().Next() || n.Containers[cid] != addr {
 		t.Fatalf("network %+v", n)
 	}
+	// The bridge interfaces are the host's.
+	if _, err := os.Stat("/sys/class/net/" + n.Bridge); n.Bridge != "br-"+id[:12] || err != nil {
+		t.Fatalf("network's bridge %q: %v", n.Bridge, err)
+	}
+	if def, err := f.rt.Network(ctx, "bridge"); err != nil || def.Bridge == "" {
+		t.Fatalf("default bridge %+v, %v", def, err)
+	} else if _, err := os.Stat("/sys/class/net/" + def.Bridge); err != nil {
+		t.Fatalf("default bridge's interface %q: %v", def.Bridge, err)
+	}
 
 	// A network with a running container on it is removed only once that
 	// container is disconnected.
