@@ -2,6 +2,7 @@ package engine
 
 import (
 	"reflect"
+	"slices"
 
 	"github.com/capstanhq/capstan/internal/protocol"
 )
@@ -74,7 +75,7 @@ func (t *task) report() {
 	if emit {
 		prev := t.state
 		prev.Seq, st.Seq = 0, 0
-		emit = t.announce || !reflect.DeepEqual(prev, st)
+		emit = t.announce || !(reflect.DeepEqual(prev, st) || interimOnly(prev, st))
 	}
 	if emit {
 		t.seq++
@@ -90,6 +91,22 @@ func (t *task) report() {
 	if emit {
 		t.e.out.push(st)
 	}
+}
+
+// interimOnly reports whether a pending task changed only in what is
+// recorded on the way to its start (pull times, container IDs and image
+// digests). That goes with the next report: each report is a write on the
+// server, and these would land while the engine starts the container.
+func interimOnly(prev, st protocol.TaskState) bool {
+	if prev.LastStatus != StatusPending || st.LastStatus != StatusPending || len(prev.Containers) != len(st.Containers) {
+		return false
+	}
+	prev.PullStartedAt, prev.PullStoppedAt = st.PullStartedAt, st.PullStoppedAt
+	prev.Containers = slices.Clone(prev.Containers)
+	for i := range prev.Containers {
+		prev.Containers[i].RuntimeID, prev.Containers[i].ImageDigest = st.Containers[i].RuntimeID, st.Containers[i].ImageDigest
+	}
+	return reflect.DeepEqual(prev, st)
 }
 
 // specView is what publish shows of a container's spec. Its maps and slice
