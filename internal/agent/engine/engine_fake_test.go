@@ -40,7 +40,9 @@ func TestFakeRunTask(t *testing.T) {
 	if len(c.NetworkBindings) != 2 || *c.NetworkBindings[0].HostPort != 8080 || *c.NetworkBindings[1].HostPort == 0 {
 		t.Errorf("bindings %+v", c.NetworkBindings)
 	}
-	if got := h.lastStatuses(task.Arn); !slices.Equal(got, []string{StatusProvisioning, StatusPending, StatusRunning}) {
+	// Admitted at once, it never reports PROVISIONING (nor its pull times
+	// or container ID apart): two reports in all.
+	if got := h.lastStatuses(task.Arn); !slices.Equal(got, []string{StatusPending, StatusRunning}) {
 		t.Errorf("statuses %v", got)
 	}
 	if st.PullStartedAt.IsZero() || st.PullStoppedAt.IsZero() || st.StartedAt.IsZero() || st.HealthStatus != HealthUnknown {
@@ -178,7 +180,7 @@ func TestFakeServerStop(t *testing.T) {
 	if st.StopCode != "UserInitiated" || st.StoppedReason != "stopped by alice" || st.StoppingAt.IsZero() {
 		t.Fatalf("state %+v", st)
 	}
-	if got := h.lastStatuses(task.Arn); !slices.Equal(got, []string{StatusProvisioning, StatusPending, StatusRunning, StatusStopping, StatusStopped}) {
+	if got := h.lastStatuses(task.Arn); !slices.Equal(got, []string{StatusPending, StatusRunning, StatusStopping, StatusStopped}) {
 		t.Errorf("statuses %v", got)
 	}
 	// RUNNING again is ignored: desired status only moves forward. The
@@ -345,8 +347,13 @@ func TestFakeAdmission(t *testing.T) {
 	if info, _ := h.e.Task(d.Arn); info.Waiting != "RESOURCE:MEMORY - task needs 512 MiB, 0 MiB free of 1024 MiB" {
 		t.Errorf("waiting reason %q", info.Waiting)
 	}
+	// Waiting, it is reported PROVISIONING.
+	h.waitStatus(d.Arn, StatusProvisioning, wait)
 	close(gate)
 	h.waitStatus(d.Arn, StatusRunning, wait)
+	if got := h.lastStatuses(d.Arn); !slices.Equal(got, []string{StatusProvisioning, StatusPending, StatusRunning}) {
+		t.Errorf("statuses of the task that waited: %v", got)
+	}
 	st = h.waitStatus(s.Arn, StatusStopped, wait)
 	if !strings.HasPrefix(st.StoppedReason, "RESOURCE:MEMORY") {
 		t.Errorf("standalone: %q", st.StoppedReason)
@@ -404,12 +411,12 @@ func TestFakeChangesNeverBlock(t *testing.T) {
 	})
 	// Everything is still delivered, in order, once someone reads.
 	n := 0
-	for n < 50*3 {
+	for n < 50*2 { // PENDING and RUNNING each
 		select {
 		case <-e.Changes():
 			n++
 		case <-time.After(wait):
-			t.Fatalf("got %d states, want %d", n, 150)
+			t.Fatalf("got %d states, want %d", n, 100)
 		}
 	}
 }

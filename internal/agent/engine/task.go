@@ -113,9 +113,12 @@ type task struct {
 	// publishes, and rebuilding the specs each time was a third of it.
 	specViews []specView
 
-	status     string
-	admitted   bool
-	queued     bool
+	status   string
+	admitted bool
+	queued   bool
+	// firstPass is set from the first admission request until the
+	// engine's answer: the task reports nothing meanwhile.
+	firstPass  bool
 	waiting    string
 	stopping   bool
 	stopCode   string
@@ -314,8 +317,10 @@ func (t *task) drain(ctx context.Context) {
 			case msgDesired:
 				t.onDesired(m)
 			case msgAdmission:
+				t.firstPass = false
 				t.onAdmission(m.err)
 			case msgWaiting:
+				t.firstPass = false
 				if m.err != nil {
 					t.waiting = m.err.Error()
 				}

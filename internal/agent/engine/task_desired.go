@@ -86,7 +86,7 @@ func (t *task) stop(code, reason string) {
 	t.stopping, t.stopCode, t.stopReason = true, code, reason
 	t.times.Stopping = t.e.now()
 	if t.queued {
-		t.queued = false
+		t.queued, t.firstPass = false, false
 		t.e.withdraw(t)
 	}
 	if t.admitted {

@@ -70,6 +70,12 @@ func (t *task) buildState() protocol.TaskState {
 
 // report emits the task's state if it changed, after persisting it.
 func (t *task) report() {
+	// A new task would report PROVISIONING and, once the admission pass
+	// answers a moment later, PENDING: two reports, each a record written
+	// here and on the server, ahead of its start. It waits for the answer.
+	if t.firstPass {
+		return
+	}
 	st := t.buildState()
 	emit := t.hasDef || t.stopping
 	if emit {

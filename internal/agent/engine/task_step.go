@@ -37,6 +37,7 @@ func (t *task) step(ctx context.Context) time.Time {
 		return next // known from labels only: wait for the desired set
 	case !t.admitted:
 		if !t.queued {
+			t.firstPass = t.seq == 0 // never reported
 			t.queued = true
 			t.e.requestAdmission(t)
 		}
