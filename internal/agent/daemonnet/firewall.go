@@ -167,7 +167,7 @@ func (t *IPTables) Allow(ctx context.Context, tag, from, to string, addr netip.A
 			have[r.key()] = true
 			continue
 		}
-		if _, err := t.run(ctx, append([]string{"-D"}, r.spec...)...); err != nil {
+		if err := t.delete(ctx, r.spec); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -196,11 +196,23 @@ func (t *IPTables) Revoke(ctx context.Context, tag string) error {
 		if r.tag != tag {
 			continue
 		}
-		if _, err := t.run(ctx, append([]string{"-D"}, r.spec...)...); err != nil {
+		if err := t.delete(ctx, r.spec); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// delete removes a listed rule. Another agent on the host may have
+// removed it first (as a leftover): only a rule still there is an error.
+func (t *IPTables) delete(ctx context.Context, spec []string) error {
+	_, err := t.run(ctx, append([]string{"-D"}, spec...)...)
+	if err != nil {
+		if _, cerr := t.run(ctx, append([]string{"-C"}, spec...)...); cerr != nil {
+			return nil // gone
+		}
+	}
+	return err
 }
 
 // present reports whether the host has the network interface; a rule
