@@ -69,6 +69,10 @@ type Latency struct {
 	// Ratio is Capstan p50 over docker p50; OverheadP50 their difference.
 	Ratio       float64 `json:"ratioOfMedians"`
 	OverheadP50 float64 `json:"overheadP50Ms"`
+	// PairedP50 is the median over rounds of Capstan's total less the raw
+	// default-bridge total of the same round: the host's drift over the
+	// run, which moves both, cancels out.
+	PairedP50 float64 `json:"pairedOverheadP50Ms"`
 	Goal        float64 `json:"goalRatio"`
 	Met         bool    `json:"met"`
 	// Stages split the Capstan path at the engine's timestamps:
@@ -155,6 +159,7 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 		lat.Ratio = lat.Capstan.P50 / lat.Docker.P50
 	}
 	lat.OverheadP50 = lat.Capstan.P50 - lat.Docker.P50
+	lat.PairedP50 = pairedMedian(capstan, raw)
 	lat.Met = lat.Ratio <= goalRatio
 	if len(capstan) > 0 {
 		lat.CapstanNetwork = capstan[0].Network
@@ -177,6 +182,21 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	}
 	lat.DescribeCall = dist(d)
 	return lat, nil
+}
+
+// pairedMedian is the median of a's totals less b's of the same round.
+func pairedMedian(a, b []Sample) float64 {
+	byRound := map[int]float64{}
+	for _, s := range b {
+		byRound[s.Index] = s.Total
+	}
+	var d []float64
+	for _, s := range a {
+		if t, ok := byRound[s.Index]; ok {
+			d = append(d, s.Total-t)
+		}
+	}
+	return dist(d).P50
 }
 
 // Stage names, in the order the table prints them.

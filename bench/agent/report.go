@@ -89,6 +89,7 @@ func printTable(w io.Writer, rep *Report) {
 		tw.Flush()
 		fmt.Fprintf(w, "\nratio of medians %.2f (goal ≤ %.1f): %s; p50 overhead %+.1f ms; %d new client connections while measuring\n",
 			l.Ratio, l.Goal, verdict(l.Met), l.OverheadP50, l.NewConns)
+		fmt.Fprintf(w, "paired by round, median of capstan less docker: %+.1f ms\n", l.PairedP50)
 		fmt.Fprintf(w, "the agent ran the task on network %q\n", l.CapstanNetwork)
 		if l.DockerNet != nil {
 			fmt.Fprintf(w, "against docker on the instance network %s (where bridge-mode tasks go with CAPSTAN_TASK_BRIDGE=instance): ratio %.2f, p50 overhead %+.1f ms\n",
