@@ -73,8 +73,8 @@ type Latency struct {
 	// default-bridge total of the same round: the host's drift over the
 	// run, which moves both, cancels out.
 	PairedP50 float64 `json:"pairedOverheadP50Ms"`
-	Goal        float64 `json:"goalRatio"`
-	Met         bool    `json:"met"`
+	Goal      float64 `json:"goalRatio"`
+	Met       bool    `json:"met"`
 	// Stages split the Capstan path at the engine's timestamps:
 	// dispatch (request sent → container created: API, placement, etcd
 	// write, session push, agent persist and create call), engine (created
