@@ -42,6 +42,17 @@ func TestExecOverTheSession(t *testing.T) {
 	a.send(protocol.Message{Type: protocol.TypeStateChange, StateChange: &protocol.StateChange{ID: 1, Tasks: []protocol.TaskState{
 		{Arn: task, LastStatus: "RUNNING", Seq: 1, Containers: []protocol.ContainerState{{Name: "app", LastStatus: "RUNNING"}}}}}})
 	a.must(protocol.TypeStateAck, 10*time.Second)
+	// The ack follows the write; the API reads what the store's watch has
+	// brought, a moment later under load.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		d, err := admin.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String("ex"), Tasks: []string{task}})
+		if err == nil && len(d.Tasks) == 1 && aws.ToString(d.Tasks[0].LastStatus) == "RUNNING" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task not RUNNING after its report: %+v, %v", d, err)
+		}
+	}
 
 	sess, err := admin.ExecuteCommand(ctx, &ecs.ExecuteCommandInput{Cluster: aws.String("ex"), Task: aws.String(task), Command: aws.String("cat"), Interactive: true})
 	if err != nil {
