@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	rtmetrics "runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,11 +23,15 @@ import (
 
 // Sample is one reading of the process.
 type Sample struct {
-	At         float64 `json:"at"` // seconds into the soak
-	RSSMiB     float64 `json:"rssMiB"`
-	Goroutines int     `json:"goroutines"`
-	OpenFiles  int     `json:"openFiles"`
-	EtcdDBMiB  float64 `json:"etcdDbMiB"`
+	At     float64 `json:"at"` // seconds into the soak
+	RSSMiB float64 `json:"rssMiB"`
+	// HeapLiveMiB is the Go heap the last collection found live: what a
+	// leak of the process's own objects shows in, apart from how the
+	// runtime (and under -race, the race detector) keeps pages.
+	HeapLiveMiB float64 `json:"heapLiveMiB"`
+	Goroutines  int     `json:"goroutines"`
+	OpenFiles   int     `json:"openFiles"`
+	EtcdDBMiB   float64 `json:"etcdDbMiB"`
 	// EtcdInUseMiB is the part of the database in use: the file also
 	// holds free pages, which a defragmentation gives back only once the
 	// file is twice its last defragmented size, so the file's size is a
@@ -104,8 +109,11 @@ func (s *soak) client(ctx context.Context) {
 // take reads the process and the client's latencies.
 func (s *soak) take(since time.Time) Sample {
 	ds := s.lat.take()
+	live := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	rtmetrics.Read(live)
 	sm := Sample{At: time.Since(since).Seconds(), RSSMiB: float64(statusKB("VmRSS")) / 1024, Goroutines: runtime.NumGoroutine(),
-		OpenFiles: openFiles(), APIp99Ms: benchkit.Ms(benchkit.Pct(ds, 0.99)), Calls: len(ds), Instances: len(s.handles())}
+		HeapLiveMiB: float64(live[0].Value.Uint64()) / (1 << 20),
+		OpenFiles:   openFiles(), APIp99Ms: benchkit.Ms(benchkit.Pct(ds, 0.99)), Calls: len(ds), Instances: len(s.handles())}
 	if st, err := os.Stat(filepath.Join(s.cfg.DataDir, "etcd", "data", "member", "snap", "db")); err == nil {
 		sm.EtcdDBMiB = float64(st.Size()) / (1 << 20)
 	}

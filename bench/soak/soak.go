@@ -174,7 +174,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 		rep.Defrags = append(rep.Defrags, DefragRecord{At: d.At.Sub(soakStart).Seconds(),
 			BeforeMiB: float64(d.BeforeBytes) / (1 << 20), AfterMiB: float64(d.AfterBytes) / (1 << 20)})
 	}
-	rep.Series = analyse(rep.Samples, o.warmup)
+	rep.Series = analyse(rep.Samples, o.warmup, raceEnabled)
 	for _, se := range rep.Series {
 		if se.Grows {
 			rep.Growing = append(rep.Growing, se.Name)

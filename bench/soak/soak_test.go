@@ -73,7 +73,7 @@ func TestAnalyse(t *testing.T) {
 		}
 		return s
 	}
-	grows := func(s []Sample) bool { return analyse(s, 0.2)[0].Grows }
+	grows := func(s []Sample) bool { return analyse(s, 0.2, false)[0].Grows }
 	if grows(mk(func(i int) float64 { return 300 + float64(i%7)*5 })) {
 		t.Error("flat noisy RSS judged growing")
 	}
@@ -91,7 +91,20 @@ func TestAnalyse(t *testing.T) {
 			s[i].APIp99Ms, s[i].Calls = 0, 0
 		}
 	}
-	if p99 := analyse(s, 0.2)[4]; p99.Grows || p99.MedianFirst != 100 {
+	if p99 := analyse(s, 0.2, false)[4]; p99.Grows || p99.MedianFirst != 100 {
 		t.Errorf("p99 with empty windows: %+v", p99)
+	}
+
+	// Under the race detector RSS is shown, not judged; the live heap is
+	// judged either way.
+	leak := mk(func(i int) float64 { return 300 + 5*float64(i) })
+	for i := range leak {
+		leak[i].HeapLiveMiB = 100 + 2*float64(i)
+	}
+	for _, race := range []bool{false, true} {
+		ss := analyse(leak, 0.2, race)
+		if ss[0].Grows == race || (ss[0].NotJudged != "") != race || !ss[5].Grows || ss[5].Name != "live heap MiB" {
+			t.Errorf("race %v: rss %+v, live heap %+v", race, ss[0], ss[5])
+		}
 	}
 }
