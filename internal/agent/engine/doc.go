@@ -1,6 +1,8 @@
 // Package engine is the agent's task engine: it makes the instance's
 // containers match the desired task set the server sends, and reports every
-// task's state in ECS terms.
+// task's state in ECS terms. A task admitted at once reports PENDING first,
+// and a pending task's pull times, container IDs and digests wait for its
+// next report: each report is a write on the server.
 //
 // # Model
 //
@@ -70,7 +72,8 @@
 //     by every container, reported as the task's attachment and removed
 //     once every container has stopped; a holder that dies stops its task
 //     (ReasonNetworkLost). Anything else stops the task with a reason. Bridge tasks run on
-//     Config.BridgeNetwork when set (the agent's per-instance network),
+//     Config.BridgeNetwork when set (the agent's per-instance network, when
+//     it cannot let Docker's default bridge reach the daemons),
 //     with ports, hostnames and links as on the default bridge.
 //   - Volumes: host volumes with a sourcePath are bind mounts; scratch
 //     volumes and task-scoped Docker volumes are directories under

@@ -59,8 +59,8 @@ type Config struct {
 	// e.g. "container:<id>" or a network name); empty means "host".
 	DaemonNetworkMode string
 	// BridgeNetwork is the Docker network for tasks in bridge mode (the
-	// instance's own network, so they can reach its daemons); empty means
-	// Docker's default bridge.
+	// instance's own network when the default bridge cannot reach its
+	// daemons); empty means Docker's default bridge.
 	BridgeNetwork string
 	// TaskNetwork gives awsvpc tasks their namespaces; nil refuses them.
 	TaskNetwork TaskNetwork
