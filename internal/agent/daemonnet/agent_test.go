@@ -3,7 +3,6 @@ package daemonnet_test
 import (
 	"context"
 	"net/netip"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -186,8 +185,8 @@ func TestAgentDaemonNetworking(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the old instance's holder, network and firewall rules are removed", func() (bool, string) {
-		out, err := exec.Command(requireFirewall(t).Bin, "-w", "-S", "DOCKER-USER").CombinedOutput()
-		return err == nil && len(holders(old)) == 0 && len(networks(old)) == 0 && !strings.Contains(string(out), "--comment "+network+" "), string(out)
+		out := chainRules(t)
+		return len(holders(old)) == 0 && len(networks(old)) == 0 && !strings.Contains(out, "--comment "+network+" "), out
 	})
 	eventually(t, "the new instance has a holder", func() (bool, string) {
 		cs, err := rt.List(ctx, map[string]string{engine.LabelCluster: cluster, daemonnet.LabelRole: daemonnet.RoleNamespace})

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -157,9 +156,8 @@ func TestDaemonsShareOneAddress(t *testing.T) {
 	if ok, out := e.httpGet(ca.ID, nc.IPAddress, "8080"); ok {
 		t.Fatalf("a bridge app reached %s on the instance network: %s", nc.IPAddress, out)
 	}
-	if out, err := exec.Command(requireFirewall(t).Bin, "-w", "-S", "DOCKER-USER").CombinedOutput(); err != nil ||
-		strings.Count(string(out), "--comment "+e.setup.InstanceNetwork+" ") != 2 {
-		t.Fatalf("rules of %s: %s %v", e.setup.InstanceNetwork, out, err)
+	if out := chainRules(t); strings.Count(out, "--comment "+e.setup.InstanceNetwork+" ") != 2 {
+		t.Fatalf("rules of %s: %s", e.setup.InstanceNetwork, out)
 	}
 }
 

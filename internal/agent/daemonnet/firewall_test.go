@@ -29,12 +29,8 @@ func TestFirewallRules(t *testing.T) {
 	t.Cleanup(func() { fw.Revoke(context.Background(), tag) })
 	list := func() []string {
 		t.Helper()
-		out, err := exec.Command(fw.Bin, "-w", "-S", "DOCKER-USER").CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v", out, err)
-		}
 		var ours []string
-		for l := range strings.Lines(string(out)) {
+		for l := range strings.Lines(chainRules(t)) {
 			if strings.Contains(l, "--comment "+tag+" ") {
 				ours = append(ours, strings.TrimSpace(l))
 			}
@@ -53,8 +49,8 @@ func TestFirewallRules(t *testing.T) {
 		t.Fatalf("rules after two Allows:\n%s", strings.Join(rs, "\n"))
 	}
 	// DOCKER-USER ends in Docker's RETURN: ours must come before it.
-	out, _ := exec.Command(fw.Bin, "-w", "-S", "DOCKER-USER").CombinedOutput()
-	if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); strings.Contains(lines[len(lines)-1], tag) {
+	out := chainRules(t)
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); strings.Contains(lines[len(lines)-1], tag) {
 		t.Fatalf("a rule after the chain's end:\n%s", out)
 	}
 
@@ -81,8 +77,8 @@ func TestFirewallRules(t *testing.T) {
 	if err := fw.Allow(t.Context(), tag, def.Bridge, inst.Bridge, b); err != nil {
 		t.Fatal(err)
 	}
-	out, _ = exec.Command(fw.Bin, "-w", "-S", "DOCKER-USER").CombinedOutput()
-	if strings.Contains(string(out), gone) || !strings.Contains(string(out), kept) {
+	out = chainRules(t)
+	if strings.Contains(out, gone) || !strings.Contains(out, kept) {
 		t.Fatalf("leftovers after Allow:\n%s", out)
 	}
 
@@ -92,8 +88,8 @@ func TestFirewallRules(t *testing.T) {
 	if rs := list(); len(rs) != 0 {
 		t.Fatalf("rules after Revoke: %q", rs)
 	}
-	out, _ = exec.Command(fw.Bin, "-w", "-S", "DOCKER-USER").CombinedOutput()
-	if !strings.Contains(string(out), kept) {
+	out = chainRules(t)
+	if !strings.Contains(out, kept) {
 		t.Fatalf("Revoke removed another tag's rule:\n%s", out)
 	}
 
@@ -108,15 +104,8 @@ func TestFirewallRules(t *testing.T) {
 // TestRemoveRevokesTheRules: retiring an instance (Remove) takes its rules
 // with its network.
 func TestRemoveRevokesTheRules(t *testing.T) {
-	fw := requireFirewall(t)
 	e := newEnv(t)
-	rules := func() string {
-		out, err := exec.Command(fw.Bin, "-w", "-S", "DOCKER-USER").CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v", out, err)
-		}
-		return string(out)
-	}
+	rules := func() string { return chainRules(t) }
 	if !strings.Contains(rules(), "--comment "+e.setup.InstanceNetwork+" ") {
 		t.Fatalf("no rules of %s:\n%s", e.setup.InstanceNetwork, rules())
 	}

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -96,6 +97,16 @@ func requireFirewall(t *testing.T) *daemonnet.IPTables {
 		t.Skipf("no usable iptables: %v", err)
 	}
 	return fw
+}
+
+// chainRules is Docker's DOCKER-USER chain as the host's iptables lists it.
+func chainRules(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(requireFirewall(t).Bin, "-w", "-S", "DOCKER-USER").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	return string(out)
 }
 
 // newEnvPause is newEnv with the pause binary and firewall given.
