@@ -29,4 +29,5 @@ fuzz FuzzVerify ./internal/auth 120000x
 fuzz FuzzCheckTask ./internal/taskdef 1000000x
 fuzz FuzzCheckDaemon ./internal/taskdef 1000000x
 fuzz FuzzParse ./internal/iam/policy 200000x
+fuzz FuzzPresize ./internal/codec 100000x
 echo "== all tests passed"

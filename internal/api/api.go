@@ -22,6 +22,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/api/shapes"
 	"github.com/capstanhq/capstan/internal/auth"
+	"github.com/capstanhq/capstan/internal/codec"
 	"github.com/capstanhq/capstan/internal/fault"
 	"github.com/capstanhq/capstan/internal/store"
 )
@@ -274,14 +275,15 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, op, target strin
 	if err != nil {
 		return h.fail(w, toWire(err, h.log))
 	}
-	out, err := json.Marshal(resp)
+	out, err := codec.Encode(resp)
 	if err != nil {
 		h.log.Error("encode response", "op", op, "err", err)
 		return h.fail(w, wireError{500, "ServerException", "could not encode the response"})
 	}
+	defer out.Release()
 	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
 	w.WriteHeader(http.StatusOK)
-	w.Write(out)
+	w.Write(out.Bytes())
 	return 200, wireError{}
 }
 

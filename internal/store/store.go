@@ -6,16 +6,17 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/capstanhq/capstan/internal/codec"
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -483,12 +484,18 @@ func (t *Txn) encode(key string, v any) (string, bool) {
 		t.err = fmt.Errorf("seal %s: %w", key, err)
 		return "", false
 	}
-	b, err := json.Marshal(v)
+	enc, err := codec.Encode(v)
 	if err != nil {
 		t.err = fmt.Errorf("encode %s: %w", key, err)
 		return "", false
 	}
-	return encodeValue(b), true
+	defer enc.Release()
+	b := enc.Bytes()
+	out := encodeValue(b)
+	if len(out) > 0 && unsafe.StringData(out) == &b[0] {
+		out = strings.Clone(out) // kept as JSON: copied out of the pooled buffer
+	}
+	return out, true
 }
 
 // Create writes key, which must not exist.
