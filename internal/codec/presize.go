@@ -188,51 +188,61 @@ func presizeObject(b []byte, p *plan, base unsafe.Pointer) {
 		if plain {
 			f = p.fields[string(key)]
 		}
-		next := skipValue(b, i)
+		var next int
+		if f != nil {
+			next = presizeValue(b, i, f, unsafe.Add(base, f.offset))
+		} else {
+			next = skipValue(b, i)
+		}
 		if next < 0 {
 			return
-		}
-		if f != nil {
-			presizeValue(b[i:next], f, unsafe.Add(base, f.offset))
 		}
 		i = next
 	}
 }
 
-func presizeValue(v []byte, f *field, at unsafe.Pointer) {
+// presizeValue sizes what the value at b[i] fills in f, and is the index
+// after the value (-1 if it does not end). An array is walked once to be
+// counted, and once more only if its elements hold arrays.
+func presizeValue(b []byte, i int, f *field, at unsafe.Pointer) int {
 	switch f.kind {
-	case reflect.Struct:
-		presizeObject(v, f.elem, at)
-	case reflect.Pointer:
-		if v[0] != '{' {
-			return
+	case reflect.Struct, reflect.Pointer:
+		end := skipValue(b, i)
+		if end < 0 || b[i] != '{' {
+			return end
 		}
-		ptr := (*unsafe.Pointer)(at)
-		if *ptr == nil {
-			*ptr = reflect.New(f.typ.Elem()).UnsafePointer()
+		if f.kind == reflect.Pointer {
+			ptr := (*unsafe.Pointer)(at)
+			if *ptr == nil {
+				*ptr = reflect.New(f.typ.Elem()).UnsafePointer()
+			}
+			at = *ptr
 		}
-		presizeObject(v, f.elem, *ptr)
-	case reflect.Slice:
-		dst := reflect.NewAt(f.typ, at).Elem()
-		if v[0] != '[' || !dst.IsNil() {
-			return // a slice already there is the decoder's to reuse
-		}
-		n := countElements(v)
-		if n <= 0 {
-			return
-		}
-		s := reflect.MakeSlice(f.typ, n, n)
-		if f.elem != nil {
-			size := f.typ.Elem().Size()
-			k := 0
-			eachElement(v, func(e []byte) {
-				presizeObject(e, f.elem, unsafe.Add(s.UnsafePointer(), uintptr(k)*size))
-				k++
-			})
-		}
-		dst.Set(s)
-		dst.SetLen(0)
+		presizeObject(b[i:end], f.elem, at)
+		return end
 	}
+	dst := reflect.NewAt(f.typ, at).Elem()
+	if i >= len(b) || b[i] != '[' || !dst.IsNil() {
+		return skipValue(b, i) // a slice already there is the decoder's to reuse
+	}
+	n := 0
+	end := eachElement(b[i:], func([]byte) { n++ })
+	if end < 0 || n == 0 {
+		return end
+	}
+	end += i
+	s := reflect.MakeSlice(f.typ, n, n)
+	if f.elem != nil {
+		size := f.typ.Elem().Size()
+		k := 0
+		eachElement(b[i:end], func(e []byte) {
+			presizeObject(e, f.elem, unsafe.Add(s.UnsafePointer(), uintptr(k)*size))
+			k++
+		})
+	}
+	dst.Set(s)
+	dst.SetLen(0)
+	return end
 }
 
 func plainName(s string) bool {
@@ -244,41 +254,32 @@ func plainName(s string) bool {
 	return true
 }
 
-// countElements is the number of elements of the array v, -1 if it is
-// not well formed.
-func countElements(v []byte) int {
-	n := 0
-	ok := eachElement(v, func([]byte) { n++ })
-	if !ok {
-		return -1
-	}
-	return n
-}
-
-func eachElement(v []byte, fn func([]byte)) bool {
+// eachElement calls fn with each element of the array at v[0] and is the
+// index after the array, -1 if it is not well formed.
+func eachElement(v []byte, fn func([]byte)) int {
 	i := skipWS(v, 1)
 	if i < len(v) && v[i] == ']' {
-		return true
+		return i + 1
 	}
 	for i < len(v) {
 		end := skipValue(v, i)
 		if end < 0 {
-			return false
+			return -1
 		}
 		fn(v[i:end])
 		i = skipWS(v, end)
 		if i >= len(v) {
-			return false
+			return -1
 		}
 		if v[i] == ']' {
-			return true
+			return i + 1
 		}
 		if v[i] != ',' {
-			return false
+			return -1
 		}
 		i = skipWS(v, i+1)
 	}
-	return false
+	return -1
 }
 
 func skipWS(b []byte, i int) int {
