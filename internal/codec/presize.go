@@ -68,10 +68,10 @@ func buildPlan(t reflect.Type, seen map[reflect.Type]bool) *plan {
 	}
 	byName := map[string][]cand{}
 	for _, sf := range reflect.VisibleFields(t) {
-		if !sf.IsExported() || sf.Anonymous && sf.Type.Kind() == reflect.Struct && sf.Tag.Get("json") == "" {
-			continue // embedded structs are walked by VisibleFields
-		}
 		tag := sf.Tag.Get("json")
+		if !sf.IsExported() || sf.Anonymous && tag == "" && structOrPointer(sf.Type) {
+			continue // an embedded struct's fields are promoted: VisibleFields lists them
+		}
 		if tag == "-" {
 			continue
 		}
@@ -124,7 +124,7 @@ func buildPlan(t reflect.Type, seen map[reflect.Type]bool) *plan {
 			if f.elem = buildPlan(ft, seen); f.elem == nil {
 				continue
 			}
-		case ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Struct && !custom(ft.Elem()):
+		case ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Struct:
 			if f.elem = buildPlan(ft.Elem(), seen); f.elem == nil {
 				continue
 			}
@@ -137,6 +137,10 @@ func buildPlan(t reflect.Type, seen map[reflect.Type]bool) *plan {
 		return nil
 	}
 	return p
+}
+
+func structOrPointer(t reflect.Type) bool {
+	return t.Kind() == reflect.Struct || t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct
 }
 
 // offsetOf is the field's offset from the outer struct, unless the path

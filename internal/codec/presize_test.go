@@ -36,8 +36,13 @@ func (c *custom) UnmarshalJSON(b []byte) error { *c = append(*c, len(b)); return
 // presized covers what the sizing walks: embedded structs (a shallower
 // field shadowing a deeper one, two equal ones cancelling), pointers,
 // nested arrays, types that decode themselves, and fields it must skip.
+type Holder struct {
+	Held []int `json:"held"`
+}
+
 type presized struct {
 	inner
+	*Holder                  // promoted through a pointer: not sized, and never a field "Holder"
 	Shadow  []string         `json:"shadow"`
 	Twin    []string         `json:"twin"`
 	Ptr     *inner           `json:"ptr"`
@@ -65,6 +70,8 @@ var presizeSamples = []string{
 	`{"ite\u006ds":[{"tags":["escaped key"]}],"leaves":[ {"tags" : [ "x" , "y" ] } , { } ] }`,
 	`{"items":[{"tags":["a"]}],"items":[{"n":1}]}`,
 	`{"twin":["t"],"dup":[1,2],"val":{"twin":[3],"dup":[4]}}`,
+	`{"Holder":{"held":[1]},"held":[2,3]}`,
+	`{"Holder":{"held":[1]}}`,
 	`{"leaves":[{"tags":["a"]},`, // truncated
 	`{"leaves":{"tags":["a"]},"items":"no","ptr":[1],"val":3}`,
 	`{"ptr":null,"leaves":null,"items":[]}`,
