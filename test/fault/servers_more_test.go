@@ -228,6 +228,12 @@ func TestKillLeaderServerDuringScaleOut(t *testing.T) {
 		t.Errorf("the agent launching at the kill (%d in %s) is not the one in service: %v", launch.pid, launch.dir, agents)
 	}
 	f.checkNoLeak("leader killed during a scale-out", filepath.Join(dirA, "instances"), filepath.Join(dirB, "instances"))
+	// How the survivor took the launches over, for the verbose log.
+	for l := range strings.SplitSeq(b.log.String(), "\n") {
+		if strings.Contains(l, "adopted a launched instance") || strings.Contains(l, "found the agent of a local instance") {
+			t.Log(l)
+		}
+	}
 }
 
 // inotifyCreated blocks until a name is created in dir, and returns it.

@@ -102,7 +102,7 @@ func (p *Provisioner) Launch(ctx context.Context, req provision.Request) (string
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("start agent: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+	if err := writePID(dir, cmd.Process.Pid); err != nil {
 		cmd.Process.Kill()
 		return "", err
 	}
@@ -143,15 +143,76 @@ var bridgeIP = func() string {
 	return "127.0.0.1"
 }
 
+// pid is the instance's agent process ID: from its pid file, else from
+// the agent process whose data dir is the instance's, noted for next time.
+// The file is missing when a launcher was killed between starting the
+// agent and writing it; without the search that agent ran on unknown,
+// and its instance was found lost and launched again.
 func (p *Provisioner) pid(handle string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(p.instanceDir(handle), "pid"))
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, provision.ErrUnknown
-	}
-	if err != nil {
+	dir := p.instanceDir(handle)
+	b, err := os.ReadFile(filepath.Join(dir, "pid"))
+	if err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+			return pid, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
 		return 0, err
 	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
+	if _, err := os.Stat(dir); err != nil {
+		return 0, provision.ErrUnknown
+	}
+	pid := agentServing(filepath.Join(dir, "data"))
+	if pid == 0 {
+		return 0, provision.ErrUnknown
+	}
+	if err := writePID(dir, pid); err != nil {
+		p.Log.Warn("note a found agent's pid", "id", handle, "pid", pid, "err", err)
+	}
+	p.Log.Warn("found the agent of a local instance whose pid was not recorded", "id", handle, "pid", pid)
+	return pid, nil
+}
+
+// writePID records an instance's agent process ID whole or not at all: a
+// launcher killed mid-write leaves no file, never a truncated one.
+func writePID(dir string, pid int) error {
+	tmp := filepath.Join(dir, "pid.tmp")
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(pid)), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "pid"))
+}
+
+// agentServing is the ID of the running agent process whose ECS_DATADIR
+// is data (compared as files: another server may reach the same
+// instances through a symlink), or 0.
+func agentServing(data string) int {
+	want, err := os.Stat(data)
+	if err != nil {
+		return 0
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !running(pid) {
+			continue
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue
+		}
+		for kv := range strings.SplitSeq(string(env), "\x00") {
+			if d, ok := strings.CutPrefix(kv, "ECS_DATADIR="); ok {
+				if st, err := os.Stat(d); err == nil && os.SameFile(st, want) {
+					return pid
+				}
+				break
+			}
+		}
+	}
+	return 0
 }
 
 // agentRetired is in the agent's last log line when it stopped because
