@@ -134,6 +134,11 @@ type Rollout struct {
 	// Reconciles is each controller's reconciles during the rollout and
 	// the time they took, waits included.
 	Reconciles map[string]controller.Stat `json:"reconciles,omitempty"`
+	// CacheWaits and CacheWaitSeconds are the server's reads during the
+	// rollout that waited for its cache to apply a revision (a write's),
+	// and their time waiting in all: each controller reaction pays it.
+	CacheWaits       int64   `json:"cache_waits,omitempty"`
+	CacheWaitSeconds float64 `json:"cache_wait_seconds,omitempty"`
 	// Writes is what was written to etcd during the rollout, by kind of
 	// record (the server's store counts what its watch sees).
 	Writes map[string]store.WriteCount `json:"writes,omitempty"`

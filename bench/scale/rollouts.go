@@ -87,6 +87,7 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 			}
 		}
 		written, reconciled := h.srv.Store.Writes(), h.srv.Reconciles()
+		waits, waited := h.srv.Store.CacheWaits()
 		t := time.Now()
 		_, err = h.c.UpdateDaemon(ctx, &ecs.UpdateDaemonInput{DaemonArn: aws.String(daemonArn), DaemonTaskDefinitionArn: aws.String(td),
 			CapacityProviderArns: []string{h.cpArn}, Critical: aws.Bool(true),
@@ -157,6 +158,8 @@ func (h *harness) rollouts(ctx context.Context, o options, rep *Report, daemonAr
 			r.Reconciles[name] = controller.Stat{Passes: st.Passes - was.Passes, Seconds: st.Seconds - was.Seconds}
 		}
 		r.Writes = store.WritesSince(written, h.srv.Store.Writes())
+		nowWaits, nowWaited := h.srv.Store.CacheWaits()
+		r.CacheWaits, r.CacheWaitSeconds = nowWaits-waits, (nowWaited - waited).Seconds()
 		if o.provisioned {
 			if r.Stages, err = replacementStages(ctx, h.srv.Store, clusterName, t); err != nil {
 				h.logf("replacement stages: %v", err)

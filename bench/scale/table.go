@@ -89,6 +89,9 @@ func printTable(w io.Writer, r *Report) {
 		}
 		printWrites(tw, ro.Writes, r.Instances)
 		printReconciles(tw, ro.Reconciles)
+		if ro.CacheWaits > 0 {
+			fmt.Fprintf(tw, "  reads that waited for the cache to apply a write\t%d, %.1f s\tmean %.0f ms\n", ro.CacheWaits, ro.CacheWaitSeconds, 1000*ro.CacheWaitSeconds/float64(ro.CacheWaits))
+		}
 		fmt.Fprintf(tw, "  then: tasks / container instances kept, server heap live\t%d / %d\t%.0f MiB\n", ro.TasksStored, ro.InstancesStored, ro.HeapLiveMiB)
 		if len(ro.Stages) > 0 {
 			fmt.Fprintf(tw, "  replacing an instance X by R, step by step\n")

@@ -386,7 +386,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(h.Collectors()...)
 	reg.MustRegister(gw.Collectors()...)
-	reg.MustRegister(storeWrites{st}, storeSpace{st})
+	reg.MustRegister(storeWrites{st}, storeWaits{st}, storeSpace{st})
 	reg.MustRegister(trail.Collectors()...)
 	counts := newReconciles()
 	reg.MustRegister(counts)

@@ -32,6 +32,29 @@ func (s storeWrites) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// storeWaits exposes the reads that waited for the server's cache to apply
+// a write (its watch behind etcd): the lag every controller's reaction
+// and every read after a write pays.
+type storeWaits struct{ st *store.Store }
+
+var (
+	storeWaitsDesc = prometheus.NewDesc("capstan_store_cache_waits_total",
+		"Reads that waited for the server's cache of etcd to apply a revision they must see.", nil, nil)
+	storeWaitSecondsDesc = prometheus.NewDesc("capstan_store_cache_wait_seconds_total",
+		"Time reads waited for the server's cache of etcd to apply a revision they must see.", nil, nil)
+)
+
+func (storeWaits) Describe(ch chan<- *prometheus.Desc) {
+	ch <- storeWaitsDesc
+	ch <- storeWaitSecondsDesc
+}
+
+func (s storeWaits) Collect(ch chan<- prometheus.Metric) {
+	n, d := s.st.CacheWaits()
+	ch <- prometheus.MustNewConstMetric(storeWaitsDesc, prometheus.CounterValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(storeWaitSecondsDesc, prometheus.CounterValue, d.Seconds())
+}
+
 // reconciles counts each controller's passes across leadership terms.
 type reconciles map[string]*controller.Counts
 

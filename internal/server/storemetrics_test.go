@@ -73,6 +73,11 @@ func TestMetricsCountReconciles(t *testing.T) {
 			if !strings.Contains(body, `capstan_reconcile_seconds_total{controller="services"}`) {
 				t.Fatalf("no reconcile time on /metrics:\n%s", body)
 			}
+			for _, m := range []string{"capstan_store_cache_waits_total", "capstan_store_cache_wait_seconds_total"} {
+				if !regexp.MustCompile(`(?m)^` + m + ` [0-9.e+-]+$`).MatchString(body) {
+					t.Fatalf("no %s on /metrics:\n%s", m, body)
+				}
+			}
 			return
 		}
 		if time.Now().After(deadline) {

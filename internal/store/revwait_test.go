@@ -100,3 +100,32 @@ func TestRevisionWaitsRaceAdvances(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// CacheWaits counts a read that waited for the cache to apply a write, and
+// how long it waited; a read the cache can already answer is not counted.
+func TestCacheWaitsCountReadsThatWaited(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	n0, d0 := s.CacheWaits()
+	if err := s.WaitFor(ctx, s.cache.revision()); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.CacheWaits(); n != n0 {
+		t.Fatalf("a read the cache could answer counted as waiting: %d waits, was %d", n, n0)
+	}
+	const delay = 50 * time.Millisecond
+	done := make(chan error, 1)
+	go func() { done <- s.WaitFor(ctx, s.cache.revision()+1) }()
+	time.Sleep(delay)
+	if _, err := s.Txn().Create("a/1", obj{"one", 1}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	n, d := s.CacheWaits()
+	if n != n0+1 || d-d0 < delay {
+		t.Fatalf("after one read waited %v: %d waits, %v waited; want %d and at least that", delay, n, d-d0, n0+1)
+	}
+}

@@ -67,15 +67,19 @@ type Store struct {
 	// lastWrite is the highest revision this process has committed; reads
 	// wait until the cache has applied it.
 	lastWrite atomic.Int64
-	group     grouper
-	cancel    context.CancelFunc
-	done      chan struct{}
-	compacted atomic.Int64
-	defrags   defragger
-	maxTxnOps int
-	sealer    Sealer
-	space     *space
-	reach     *reach // whether etcd answers (reach.go)
+	// waits counts the reads that waited for the cache to apply a
+	// revision, and the nanoseconds they waited: how far the watch ran
+	// behind the writes, as the readers felt it.
+	waits, waitNanos atomic.Int64
+	group            grouper
+	cancel           context.CancelFunc
+	done             chan struct{}
+	compacted        atomic.Int64
+	defrags          defragger
+	maxTxnOps        int
+	sealer           Sealer
+	space            *space
+	reach            *reach // whether etcd answers (reach.go)
 	// rotating: the secrets in etcd are sealed under a previous key of
 	// sealer's, recorded at sealerRev (sealed.go).
 	rotating  bool
@@ -217,7 +221,17 @@ func (s *Store) WaitFor(ctx context.Context, rev int64) error {
 	if s.cache.revision() >= rev {
 		return nil
 	}
-	return s.cache.waitFor(ctx, rev)
+	start := time.Now()
+	err := s.cache.waitFor(ctx, rev)
+	s.waits.Add(1)
+	s.waitNanos.Add(int64(time.Since(start)))
+	return err
+}
+
+// CacheWaits reports how many reads so far waited for the cache to apply
+// a revision (a write's, mostly), and their time waiting in all.
+func (s *Store) CacheWaits() (int64, time.Duration) {
+	return s.waits.Load(), time.Duration(s.waitNanos.Load())
 }
 
 // Scope is one caller's consistency (a client session, in the usual
