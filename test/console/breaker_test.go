@@ -168,10 +168,19 @@ func TestBrowserBreakerRollsBack(t *testing.T) {
 	run(t, b, "stop", chromedp.Click(chromedp.ID("stop")), chromedp.WaitVisible(chromedp.ID("cells")))
 	seen = watch(t, b, "the stopped rollout's rollback", 180*time.Second, back)
 	t.Logf("after Stop:\n%v", seen)
-	reason := eval[string](t, b, "deployments", `document.querySelector("#deployments tbody tr").innerText`)
 	// Its reason is the rollback's outcome once it ended (as for a breaker).
-	if !strings.Contains(reason, "agentd:3") || !strings.Contains(reason, "ROLLBACK_SUCCESSFUL") {
-		t.Fatalf("latest deployment row after the stop: %q", reason)
+	// One render lists the deployments before it describes the rollout: a
+	// write between the two calls shows in the row one render after the
+	// status.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		reason := eval[string](t, b, "deployments", `document.querySelector("#deployments tbody tr").innerText`)
+		if strings.Contains(reason, "agentd:3") && strings.Contains(reason, "ROLLBACK_SUCCESSFUL") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("latest deployment row 30 s after the rollback ended: %q", reason)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if final := seen[len(seen)-1]; final.Stop {
 		t.Fatalf("stop still offered after the rollback: %+v", final)
